@@ -1,0 +1,67 @@
+# nova-imgtype: the two commands an operator or a developer needs.
+#   make demo   - the main job on an embedded default
+#   make test   - every test tier (unit, functional, real)
+# Both set up what is missing: Debian packages from bindep.txt (as root),
+# a .venv, and the Python packages pinned by constraints.txt.
+
+PYTHON3 ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+PIP_INSTALL := $(PIP) install -q --disable-pip-version-check -c constraints.txt
+PYTEST_ARGS ?=
+
+.PHONY: all demo test unit functional real bench pep8 genconfig venv clean
+
+all: test
+
+$(PY):
+	$(PYTHON3) -m venv $(VENV)
+	$(PIP) install -q --disable-pip-version-check -U pip setuptools wheel
+
+# System packages come first: libvirt-python builds against libvirt-dev.
+$(VENV)/.stamp-system: bindep.txt | $(PY)
+	$(PIP_INSTALL) bindep
+	tools/install-system-packages.sh $(VENV)/bin/bindep
+	touch $@
+
+$(VENV)/.stamp-python: $(VENV)/.stamp-system constraints.txt requirements.txt test-requirements.txt
+	$(PIP_INSTALL) -r requirements.txt -r test-requirements.txt
+	touch $@
+
+# Our own package is installed (not editable) so that its entry points and
+# the nova/virt/imgtype shim are where stock Nova looks for them.
+$(VENV)/.stamp-self: $(VENV)/.stamp-python setup.cfg pyproject.toml $(shell find nova_imgtype nova -name '*.py')
+	$(PIP) install -q --disable-pip-version-check --no-deps --no-build-isolation .
+	rm -rf build
+	touch $@
+
+venv: $(VENV)/.stamp-self
+
+test: venv
+	$(PY) -m pytest tests/unit tests/functional tests/real $(PYTEST_ARGS)
+
+unit: venv
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+functional: venv
+	$(PY) -m pytest tests/functional $(PYTEST_ARGS)
+
+real: venv
+	$(PY) -m pytest tests/real $(PYTEST_ARGS)
+
+demo: venv
+	$(VENV)/bin/nova-imgtype demo
+
+bench: venv
+	$(PY) -m benchmarks
+
+pep8: venv
+	$(VENV)/bin/ruff check nova_imgtype nova tests benchmarks
+	$(VENV)/bin/mypy nova_imgtype
+
+genconfig: venv
+	$(VENV)/bin/oslo-config-generator --config-file etc/oslo-config-generator/nova-imgtype.conf
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

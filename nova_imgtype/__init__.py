@@ -1,0 +1,1 @@
+"""nova-imgtype: image-format aware libvirt storage for stock OpenStack Nova."""

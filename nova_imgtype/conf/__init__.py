@@ -1,0 +1,9 @@
+"""Configuration options of nova-imgtype, registered in Nova's groups."""
+
+from oslo_config import cfg
+
+from nova_imgtype.conf import libvirt
+
+CONF = cfg.CONF
+
+libvirt.register_opts(CONF)

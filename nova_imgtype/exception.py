@@ -1,0 +1,42 @@
+"""Exceptions raised by nova-imgtype.
+
+Every exception carries a message template (``msg_fmt``) filled from keyword
+arguments, the way Nova's and os-brick's exceptions do, so the message always
+names what is wrong.
+"""
+
+from nova import exception as nova_exception
+from nova.i18n import _
+
+
+class ImgtypeException(nova_exception.NovaException):
+    """Base class of every nova-imgtype exception."""
+
+    msg_fmt = _("An unknown nova-imgtype error occurred.")
+
+
+class InvalidImagesTypeMapping(ImgtypeException, nova_exception.Invalid,
+                               ValueError):
+    """``[libvirt]images_type_mapping`` is invalid.
+
+    Raised by the parser (and so by oslo.config when the option is read) and
+    by the host checks nova-compute runs at start. It is also a ValueError so
+    that oslo.config reports it as a bad option value.
+    """
+
+    msg_fmt = _("Invalid [libvirt]images_type_mapping entry %(entry)r: "
+                "%(reason)s")
+
+
+class UnknownImageBackend(ImgtypeException, nova_exception.Invalid):
+    """No image backend of that name is registered."""
+
+    msg_fmt = _("Unknown image backend %(name)r; registered backends in "
+                "the 'nova_imgtype.image_backends' namespace: %(known)s")
+
+
+class BackendNotServedByHost(ImgtypeException, nova_exception.Invalid):
+    """The instance's recorded backend cannot be used on this host."""
+
+    msg_fmt = _("Instance %(instance_uuid)s uses image backend %(backend)r, "
+                "which host %(host)s cannot serve: %(reason)s")

@@ -1,0 +1,131 @@
+"""The image backends, found through the ``nova_imgtype.image_backends``
+stevedore namespace.
+
+An image backend is a subclass of Nova's
+:class:`nova.virt.libvirt.imagebackend.Image`. Stock Nova's own backends
+(``raw``, ``flat``, ``qcow2``, ``lvm``, ``rbd``, ``ploop``) are registered to
+Nova's classes by this package's ``setup.cfg``; a third-party backend becomes
+usable in ``[libvirt]images_type_mapping`` by registering there too.
+
+Two optional class attributes let a backend take part in the mapping:
+
+``native_disk_formats``
+    The Glance disk formats the backend uses in their own format, without
+    conversion. Defaults to ``('raw',)``: every Nova backend can consume raw.
+
+``host_support_error(conf)``
+    A classmethod returning ``None`` when this host can serve the backend,
+    or a sentence saying why not.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+
+from nova.virt.libvirt import imagebackend
+from oslo_config import cfg
+from stevedore import extension
+
+from nova_imgtype import exception
+
+NAMESPACE = 'nova_imgtype.image_backends'
+
+#: ``[libvirt]images_type = default`` means qcow2 with ``use_cow_images``
+#: and flat without, exactly as in stock Nova.
+DEFAULT = 'default'
+
+BackendClass = type[imagebackend.Image]
+
+# Stock Nova's classes cannot carry our attributes, so what they hold natively
+# and what a host needs to serve them is said here, once.
+_STOCK_NATIVE_FORMATS: dict[BackendClass, tuple[str, ...]] = {
+    imagebackend.Flat: ('raw',),
+    imagebackend.Qcow2: ('qcow2',),
+    imagebackend.Lvm: ('raw',),
+    imagebackend.Rbd: ('raw',),
+    imagebackend.Ploop: ('ploop',),
+}
+
+
+def _lvm_error(conf: cfg.ConfigOpts) -> str | None:
+    if not conf.libvirt.images_volume_group:
+        return '[libvirt]images_volume_group is not set'
+    return None
+
+
+def _rbd_error(conf: cfg.ConfigOpts) -> str | None:
+    if not conf.libvirt.images_rbd_pool:
+        return '[libvirt]images_rbd_pool is not set'
+    return None
+
+
+def _ploop_error(conf: cfg.ConfigOpts) -> str | None:
+    if conf.libvirt.virt_type != 'parallels':
+        return ('ploop needs [libvirt]virt_type = parallels, not %r'
+                % conf.libvirt.virt_type)
+    return None
+
+
+_STOCK_HOST_CHECKS: dict[BackendClass,
+                         Callable[[cfg.ConfigOpts], str | None]] = {
+    imagebackend.Lvm: _lvm_error,
+    imagebackend.Rbd: _rbd_error,
+    imagebackend.Ploop: _ploop_error,
+}
+
+
+@functools.lru_cache(maxsize=1)
+def _manager() -> extension.ExtensionManager:
+    return extension.ExtensionManager(NAMESPACE, invoke_on_load=False)
+
+
+def reset() -> None:
+    """Forget the loaded extensions (for tests that register new ones)."""
+    _manager.cache_clear()
+
+
+def names() -> Sequence[str]:
+    """Sorted names of every registered backend."""
+    return sorted(_manager().names())
+
+
+def get_class(name: str) -> BackendClass:
+    """The backend class registered as ``name``.
+
+    :raises UnknownImageBackend: when nothing is registered under the name.
+    """
+    mgr = _manager()
+    if name not in mgr.names():
+        raise exception.UnknownImageBackend(
+            name=name, known=', '.join(names()))
+    return mgr[name].plugin
+
+
+def resolve_name(name: str, use_cow: bool) -> str:
+    """Turn ``default`` into the backend it stands for; others unchanged."""
+    if name == DEFAULT:
+        return 'qcow2' if use_cow else 'flat'
+    return name
+
+
+def native_formats(name: str) -> tuple[str, ...]:
+    """The disk formats the backend ``name`` uses without conversion."""
+    cls = get_class(name)
+    declared = getattr(cls, 'native_disk_formats', None)
+    if declared is not None:
+        return tuple(declared)
+    for stock_cls, formats in _STOCK_NATIVE_FORMATS.items():
+        if cls is stock_cls:
+            return formats
+    return ('raw',)
+
+
+def host_support_error(name: str, conf: cfg.ConfigOpts) -> str | None:
+    """Why this host cannot serve the backend ``name``, or None if it can."""
+    cls = get_class(name)
+    check = getattr(cls, 'host_support_error', None)
+    if check is not None:
+        return check(conf)
+    stock_check = _STOCK_HOST_CHECKS.get(cls)
+    return stock_check(conf) if stock_check else None
