@@ -1,7 +1,311 @@
-"""The libvirt compute driver with per-instance image backends."""
+"""Stock Nova's libvirt driver with per-instance image backends.
 
+Enabled in a stock Nova with ``compute_driver = imgtype.LibvirtDriver``.
+
+A request flows driver -> resolver -> backend: the driver asks the
+:class:`~nova_imgtype.virt.libvirt.resolver.BackendResolver` which backend an
+instance is on, and builds its disks through the per-instance
+:class:`~nova_imgtype.virt.libvirt.imagebackend.Backend`. The overrides below
+are the places where stock Nova reads the host-wide ``[libvirt]images_type``
+for something that belongs to one instance.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import os_traits
+from nova import exception as nova_exception
+from nova import objects
+from nova.i18n import _
+from nova.image import glance
+from nova.scheduler.client import report
+from nova.virt import driver as virt_driver
+from nova.virt import imagecache as nova_imagecache
 from nova.virt.libvirt import driver as libvirt_driver
+from nova.virt.libvirt import utils as libvirt_utils
+from nova.virt.libvirt.storage import rbd_utils
+from oslo_config import cfg
+from oslo_log import log as logging
+
+import nova_imgtype.conf
+from nova_imgtype.virt.libvirt import backends
+from nova_imgtype.virt.libvirt import imagebackend
+from nova_imgtype.virt.libvirt import imagecache
+from nova_imgtype.virt.libvirt import mapping as mapping_mod
+from nova_imgtype.virt.libvirt import resolver as resolver_mod
+
+LOG = logging.getLogger(__name__)
+CONF: cfg.ConfigOpts = nova_imgtype.conf.CONF
+
+#: Custom trait prefix: one trait per image backend this host can serve, so
+#: that a move can be refused before anything is touched.
+BACKEND_TRAIT_PREFIX = 'IMGTYPE_BACKEND_'
+
+
+def backend_trait(backend: str) -> str:
+    """The custom trait saying a host can serve ``backend``."""
+    return os_traits.normalize_name(BACKEND_TRAIT_PREFIX + backend)
 
 
 class LibvirtDriver(libvirt_driver.LibvirtDriver):
-    pass
+    """Libvirt driver whose image backend is a property of the instance."""
+
+    def __init__(self, virtapi: Any, read_only: bool = False) -> None:
+        super().__init__(virtapi, read_only)
+        self._resolver = resolver_mod.BackendResolver(CONF)
+        try:
+            mapping = self._resolver.mapping
+        except (cfg.ConfigFileValueError, ValueError) as e:
+            LOG.error('Refusing to start: %s', e)
+            raise
+        self.image_backend = imagebackend.Backend(
+            CONF.use_cow_images, self._resolver, CONF)
+        self._update_image_type_capabilities()
+        if mapping:
+            LOG.info('Image backends per image format: %s; other formats '
+                     'use images_type=%s', mapping,
+                     self._resolver.default_backend())
+
+    # -- host ---------------------------------------------------------------
+
+    def _update_image_type_capabilities(self) -> None:
+        """Report image-format capabilities that follow the mapping."""
+        supported = self._resolver.supported_formats()
+        for fmt in mapping_mod.SOURCE_FORMATS:
+            key = 'supports_image_type_%s' % fmt
+            if key in virt_driver.CAPABILITY_TRAITS_MAP:
+                self.capabilities[key] = fmt in supported
+
+    def init_host(self, host: str) -> None:
+        # Raises InvalidImagesTypeMapping naming the entry: nova-compute
+        # does not start with a mapping this host cannot serve.
+        try:
+            self._resolver.check_host()
+        except nova_exception.Invalid as e:
+            LOG.error('Refusing to start: %s', e)
+            raise
+        super().init_host(host)
+
+    def served_backends(self) -> list[str]:
+        """Every registered backend this host can serve."""
+        return [name for name in backends.names()
+                if backends.host_support_error(name, CONF) is None]
+
+    def update_provider_tree(self, provider_tree: Any, nodename: str,
+                             allocations: Any = None) -> None:
+        super().update_provider_tree(provider_tree, nodename,
+                                     allocations=allocations)
+        wanted = {backend_trait(b) for b in self.served_backends()}
+        prefix = os_traits.CUSTOM_NAMESPACE + BACKEND_TRAIT_PREFIX
+        stale = {t for t in provider_tree.data(nodename).traits
+                 if t.startswith(prefix)} - wanted
+        if stale:
+            provider_tree.remove_traits(nodename, *stale)
+        provider_tree.add_traits(nodename, *wanted)
+
+    # -- instance lifecycle ---------------------------------------------------
+
+    def spawn(self, context: Any, instance: objects.Instance,
+              image_meta: objects.ImageMeta, injected_files: Any,
+              admin_password: Any, allocations: Any, network_info: Any = None,
+              block_device_info: Any = None, power_on: bool = True,
+              accel_info: Any = None) -> None:
+        if self._resolver.recorded(instance) is None:
+            booted_from_volume = self._is_booted_from_volume(
+                block_device_info)
+            disk_format = (None if booted_from_volume
+                           else image_meta.obj_attr_is_set('disk_format') and
+                           image_meta.disk_format or None)
+            decision = self._resolver.decide(disk_format)
+            self._resolver.record(instance, decision)
+            instance.save()
+            LOG.info('Image backend %(backend)s chosen for disk_format '
+                     '%(fmt)s (native formats: %(native)s)',
+                     {'backend': decision.backend, 'fmt': disk_format,
+                      'native': ','.join(decision.native_formats) or '-'},
+                     instance=instance)
+        else:
+            # Rebuild, evacuate, unshelve: the recorded backend stays.
+            self._resolver.ensure_served(instance, CONF.host)
+        super().spawn(context, instance, image_meta, injected_files,
+                      admin_password, allocations, network_info=network_info,
+                      block_device_info=block_device_info, power_on=power_on,
+                      accel_info=accel_info)
+
+    def _image_disk_format(self, context: Any, instance: objects.Instance,
+                           image_id: str) -> str | None:
+        if image_id == instance.image_ref:
+            meta = instance.image_meta
+            return meta.disk_format if 'disk_format' in meta else None
+        return glance.API().get(context, image_id).get('disk_format')
+
+    def _try_fetch_image_cache(self, image: Any, fetch_func: Any,
+                               context: Any, filename: str, image_id: str,
+                               instance: objects.Instance, size: Any,
+                               fallback_from_host: Any = None) -> None:
+        decision = self._resolver.decision_for(instance)
+        if (decision.native_formats and
+                fetch_func is libvirt_utils.fetch_image):
+            if imagecache.is_native_cache_fname(filename, image_id):
+                # A backing file name read from a disk: already native.
+                disk_format = filename.rsplit('_', 1)[1]
+            elif filename == nova_imagecache.get_cache_fname(image_id):
+                disk_format = self._image_disk_format(
+                    context, instance, image_id)
+            else:
+                disk_format = None
+            # A raw image is the same bytes either way: keep stock's file.
+            if decision.is_native(disk_format) and disk_format != 'raw':
+                assert disk_format is not None
+
+                def fetch_func(context: Any, target: str, image_id: str,
+                               trusted_certs: Any = None) -> None:
+                    imagecache.fetch_native(context, target, image_id,
+                                            disk_format, trusted_certs)
+
+                filename = imagecache.native_cache_fname(image_id,
+                                                         disk_format)
+        super()._try_fetch_image_cache(
+            image, fetch_func, context, filename, image_id, instance, size,
+            fallback_from_host=fallback_from_host)
+
+    def _cleanup(self, context: Any, instance: objects.Instance,
+                 network_info: Any, block_device_info: Any = None,
+                 destroy_vifs: bool = True, cleanup_instance_dir: bool = False,
+                 cleanup_instance_disks: bool = False,
+                 destroy_secrets: bool = True) -> None:
+        # Stock removes lvm and rbd disks only when the *host* is on lvm or
+        # rbd; an instance on one of those by the mapping needs it too.
+        backend = self._resolver.backend_for(instance)
+        if cleanup_instance_disks and backend != CONF.libvirt.images_type:
+            if backend == 'lvm':
+                self._cleanup_lvm(instance, block_device_info)
+            elif backend == 'rbd':
+                self._cleanup_rbd(instance)
+        with self.image_backend.scope(instance):
+            super()._cleanup(
+                context, instance, network_info,
+                block_device_info=block_device_info,
+                destroy_vifs=destroy_vifs,
+                cleanup_instance_dir=cleanup_instance_dir,
+                cleanup_instance_disks=cleanup_instance_disks,
+                destroy_secrets=destroy_secrets)
+
+    def unrescue(self, context: Any, instance: objects.Instance) -> None:
+        super().unrescue(context, instance)
+        if (self._resolver.backend_for(instance) == 'rbd' and
+                CONF.libvirt.images_type != 'rbd'):
+            uuid = instance.uuid
+            rbd_utils.RBDDriver().cleanup_volumes(
+                lambda disk: disk.startswith(uuid) and disk.endswith('.rescue'))
+
+    def _cleanup_resize(self, context: Any, instance: objects.Instance,
+                        network_info: Any) -> None:
+        with self.image_backend.scope(instance):
+            super()._cleanup_resize(context, instance, network_info)
+
+    def instance_on_disk(self, instance: objects.Instance) -> bool:
+        with self.image_backend.scope(instance):
+            return super().instance_on_disk(instance)
+
+    # -- moves --------------------------------------------------------------
+
+    def check_instance_shared_storage_local(self, context: Any,
+                                            instance: objects.Instance
+                                            ) -> Any:
+        with self.image_backend.scope(instance):
+            return super().check_instance_shared_storage_local(context,
+                                                               instance)
+
+    def check_can_live_migrate_destination(
+            self, context: Any, instance: objects.Instance,
+            src_compute_info: Any, dst_compute_info: Any,
+            block_migration: bool = False,
+            disk_over_commit: bool = False) -> Any:
+        try:
+            self._resolver.ensure_served(instance, CONF.host)
+        except nova_exception.Invalid as e:
+            raise nova_exception.MigrationPreCheckError(reason=str(e))
+        data = super().check_can_live_migrate_destination(
+            context, instance, src_compute_info, dst_compute_info,
+            block_migration=block_migration,
+            disk_over_commit=disk_over_commit)
+        # The source compares this with its instance's backend.
+        data.image_type = self._resolver.backend_for(instance)
+        return data
+
+    def _is_shared_block_storage(self, instance: objects.Instance,
+                                 dest_check_data: Any,
+                                 block_device_info: Any = None) -> bool:
+        with self.image_backend.scope(instance):
+            if (dest_check_data.obj_attr_is_set('image_type') and
+                    self._resolver.backend_for(instance) ==
+                    dest_check_data.image_type and
+                    self.image_backend.backend().is_shared_block_storage()):
+                return True
+            return super()._is_shared_block_storage(
+                instance, dest_check_data,
+                block_device_info=block_device_info)
+
+    def _check_destination_serves(self, context: Any,
+                                  instance: objects.Instance,
+                                  dest: str) -> None:
+        """Refuse a cold move to a host that can't serve the backend.
+
+        Asked of placement before anything is touched: the destination
+        reports one ``CUSTOM_IMGTYPE_BACKEND_<NAME>`` trait per backend it
+        can serve. A destination reporting none runs no nova-imgtype, and
+        the move goes on as in stock Nova.
+        """
+        decision = self._resolver.recorded(instance)
+        if decision is None:
+            return
+        node = objects.ComputeNode.get_first_node_by_host_for_old_compat(
+            context, dest, use_slave=False)
+        traits = report.report_client_singleton().get_provider_traits(
+            context, node.uuid).traits
+        prefix = os_traits.CUSTOM_NAMESPACE + BACKEND_TRAIT_PREFIX
+        if not any(t.startswith(prefix) for t in traits):
+            LOG.warning('Destination %s reports no image backends; it does '
+                        'not run nova-imgtype and will treat this instance '
+                        'as its images_type', dest, instance=instance)
+            return
+        if backend_trait(decision.backend) not in traits:
+            reason = _('destination host %(dest)s cannot serve image backend '
+                       '%(backend)s of this instance') % {
+                'dest': dest, 'backend': decision.backend}
+            raise nova_exception.InstanceFaultRollback(
+                nova_exception.MigrationPreCheckError(reason=reason))
+
+    def migrate_disk_and_power_off(self, context: Any,
+                                   instance: objects.Instance, dest: str,
+                                   flavor: Any, network_info: Any,
+                                   block_device_info: Any = None,
+                                   timeout: int = 0,
+                                   retry_interval: int = 0) -> Any:
+        if (self._resolver.backend_for(instance) == 'lvm' and
+                not self._is_booted_from_volume(block_device_info)):
+            reason = _('Migration is not supported for LVM backed instances')
+            raise nova_exception.InstanceFaultRollback(
+                nova_exception.MigrationPreCheckError(reason=reason))
+        if dest != CONF.host:
+            self._check_destination_serves(context, instance, dest)
+        return super().migrate_disk_and_power_off(
+            context, instance, dest, flavor, network_info,
+            block_device_info=block_device_info, timeout=timeout,
+            retry_interval=retry_interval)
+
+    def finish_migration(self, context: Any, migration: Any,
+                         instance: objects.Instance, disk_info: str,
+                         network_info: Any, image_meta: Any,
+                         resize_instance: bool, allocations: Any,
+                         block_device_info: Any = None,
+                         power_on: bool = True, share_info: Any = None
+                         ) -> None:
+        self._resolver.ensure_served(instance, CONF.host)
+        super().finish_migration(
+            context, migration, instance, disk_info, network_info,
+            image_meta, resize_instance, allocations,
+            block_device_info=block_device_info, power_on=power_on,
+            share_info=share_info)

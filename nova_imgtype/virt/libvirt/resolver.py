@@ -1,0 +1,162 @@
+"""The one place that decides which image backend an instance uses.
+
+A new instance gets its backend from the disk_format of its image:
+``[libvirt]images_type_mapping`` when the format is mapped (and then the image
+is used in its own format), ``[libvirt]images_type`` otherwise (converted as
+stock Nova does). The decision is recorded in the instance's system metadata
+and every later operation asks :meth:`BackendResolver.backend_for`, so a
+change of configuration never moves an existing instance to another backend.
+
+Instances without a record (created before nova-imgtype) behave exactly as
+stock Nova: they follow ``images_type`` of the moment.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from nova import objects
+from oslo_config import cfg
+
+from nova_imgtype import exception
+from nova_imgtype.virt.libvirt import backends
+from nova_imgtype.virt.libvirt import mapping as mapping_mod
+
+#: System metadata key holding the instance's backend name.
+SYSMETA_BACKEND = 'imgtype_backend'
+#: System metadata key holding the disk formats the instance uses without
+#: conversion (comma separated; empty when its images are converted).
+SYSMETA_NATIVE = 'imgtype_native_formats'
+
+
+@dataclasses.dataclass(frozen=True)
+class BackendDecision:
+    """An instance's backend and the formats it uses in their own format."""
+
+    backend: str
+    native_formats: tuple[str, ...] = ()
+
+    def is_native(self, disk_format: str | None) -> bool:
+        return disk_format is not None and disk_format in self.native_formats
+
+
+@dataclasses.dataclass(frozen=True)
+class FormatPlan:
+    """What happens to an image of one disk_format on this host."""
+
+    disk_format: str
+    backend: str
+    converted: bool
+    mapped: bool
+
+
+class BackendResolver:
+    """Decides, records and looks up instances' image backends."""
+
+    def __init__(self, conf: cfg.ConfigOpts) -> None:
+        self._conf = conf
+
+    @property
+    def mapping(self) -> mapping_mod.ImagesTypeMapping:
+        return self._conf.libvirt.images_type_mapping
+
+    def default_backend(self) -> str:
+        """The backend of unmapped formats: ``images_type``, resolved."""
+        return backends.resolve_name(self._conf.libvirt.images_type,
+                                     self._conf.use_cow_images)
+
+    def check_host(self) -> None:
+        """Validate the configuration against this host.
+
+        :raises InvalidImagesTypeMapping: for a mapped backend this host
+            cannot serve.
+        """
+        mapping_mod.check_host(self.mapping, self._conf)
+
+    def decide(self, disk_format: str | None) -> BackendDecision:
+        """The backend a new instance booted from such an image gets.
+
+        :param disk_format: the image's disk_format, None when booted from
+            volume (its ephemeral and swap disks use ``images_type``).
+        """
+        mapped = self.mapping.get(disk_format) if disk_format else None
+        if mapped is None:
+            return BackendDecision(self.default_backend())
+        return BackendDecision(mapped, self.mapping.formats_for(mapped))
+
+    def plan(self, disk_format: str) -> FormatPlan:
+        """What a new instance booted from a ``disk_format`` image gets."""
+        decision = self.decide(disk_format)
+        if decision.is_native(disk_format):
+            converted = False
+        else:
+            # Stock: fetch_to_raw converts anything but raw when
+            # force_raw_images is set, and nothing otherwise.
+            converted = (disk_format != 'raw' and
+                         self._conf.force_raw_images)
+        return FormatPlan(disk_format, decision.backend, converted,
+                          disk_format in self.mapping)
+
+    def supported_formats(self) -> set[str]:
+        """Disk formats this host can boot, following the mapping.
+
+        Stock rules for ``images_type`` (lvm and rbd take only raw unless
+        ``force_raw_images`` converts; ploop needs parallels), plus every
+        mapped format.
+        """
+        formats = {'aki', 'ari', 'ami', 'raw', 'iso'}
+        default = self.default_backend()
+        if not (default in ('rbd', 'lvm') and
+                not self._conf.force_raw_images):
+            formats.add('qcow2')
+        if self._conf.libvirt.virt_type == 'parallels':
+            formats.add('ploop')
+        formats.update(self.mapping)
+        return formats
+
+    @staticmethod
+    def recorded(instance: objects.Instance) -> BackendDecision | None:
+        """The recorded decision, or None for an instance from before us."""
+        sysmeta = instance.system_metadata
+        backend = sysmeta.get(SYSMETA_BACKEND)
+        if not backend:
+            return None
+        native = sysmeta.get(SYSMETA_NATIVE) or ''
+        return BackendDecision(
+            backend, tuple(f for f in native.split(',') if f))
+
+    @staticmethod
+    def record(instance: objects.Instance,
+               decision: BackendDecision) -> None:
+        """Record the decision in the instance (the caller saves it)."""
+        instance.system_metadata[SYSMETA_BACKEND] = decision.backend
+        instance.system_metadata[SYSMETA_NATIVE] = ','.join(
+            decision.native_formats)
+
+    def decision_for(self, instance: objects.Instance) -> BackendDecision:
+        """The instance's decision: recorded, or stock's for legacy ones."""
+        return self.recorded(instance) or BackendDecision(
+            self.default_backend())
+
+    def backend_for(self, instance: objects.Instance) -> str:
+        """The name of the backend the instance's disks are on."""
+        return self.decision_for(instance).backend
+
+    def ensure_served(self, instance: objects.Instance, host: str) -> None:
+        """Refuse an instance whose recorded backend this host can't serve.
+
+        :raises BackendNotServedByHost: naming the instance, backend, host and
+            the reason.
+        """
+        decision = self.recorded(instance)
+        if decision is None:
+            return
+        try:
+            reason = backends.host_support_error(decision.backend,
+                                                 self._conf)
+        except exception.UnknownImageBackend as e:
+            reason = str(e)
+        if reason:
+            raise exception.BackendNotServedByHost(
+                instance_uuid=instance.uuid, backend=decision.backend,
+                host=host, reason=reason)
