@@ -20,11 +20,11 @@ from nova import objects
 from nova.i18n import _
 from nova.image import glance
 from nova.scheduler.client import report
+from nova.storage import rbd_utils
 from nova.virt import driver as virt_driver
 from nova.virt import imagecache as nova_imagecache
 from nova.virt.libvirt import driver as libvirt_driver
 from nova.virt.libvirt import utils as libvirt_utils
-from nova.virt.libvirt.storage import rbd_utils
 from oslo_config import cfg
 from oslo_log import log as logging
 
