@@ -1,0 +1,143 @@
+"""``nova-imgtype``: operator commands.
+
+``nova-imgtype check --config-file /etc/nova/nova.conf [--format table|json]``
+validates the plugin's options the way nova-compute will, and prints for
+every Glance disk_format the backend a new instance gets, whether its image
+is converted, and the image-type trait the node reports for it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import nova.conf
+from nova.virt import driver as virt_driver
+from oslo_config import cfg
+
+import nova_imgtype.conf
+from nova_imgtype import exception
+from nova_imgtype.virt.libvirt import mapping as mapping_mod
+from nova_imgtype.virt.libvirt import resolver as resolver_mod
+
+CONF: cfg.ConfigOpts = nova_imgtype.conf.CONF
+assert CONF is nova.conf.CONF
+
+
+def format_table(rows: Sequence[dict[str, Any]]) -> str:
+    """Plain-text table of dict rows, columns in the first row's order."""
+    if not rows:
+        return ''
+    cols = list(rows[0])
+    cells = [[str(r[c]) for c in cols] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells))
+              for i, c in enumerate(cols)]
+    fmt = ' | '.join('%%-%ds' % w for w in widths)
+    out = [fmt % tuple(cols), '-+-'.join('-' * w for w in widths)]
+    out += [fmt % tuple(row) for row in cells]
+    return '\n'.join(s.rstrip() for s in out)
+
+
+def resolution_rows(conf: cfg.ConfigOpts) -> list[dict[str, Any]]:
+    """One row per Glance disk_format: what a new instance gets."""
+    resolver = resolver_mod.BackendResolver(conf)
+    supported = resolver.supported_formats()
+    excluded = set(conf.compute.image_type_exclude_list)
+    rows = []
+    for fmt in mapping_mod.SOURCE_FORMATS:
+        plan = resolver.plan(fmt)
+        trait = virt_driver.CAPABILITY_TRAITS_MAP.get(
+            'supports_image_type_%s' % fmt)
+        reported = (trait is not None and fmt in supported and
+                    fmt not in excluded)
+        rows.append({
+            'disk_format': fmt,
+            'backend': plan.backend,
+            'source': 'mapping' if plan.mapped else 'images_type',
+            'converted': 'yes' if plan.converted else 'no',
+            'trait': trait if reported else '-',
+        })
+    return rows
+
+
+def check(conf: cfg.ConfigOpts, out_format: str) -> int:
+    """Validate and print; 0 when valid, 2 with the error otherwise."""
+    try:
+        resolver = resolver_mod.BackendResolver(conf)
+        mapping = resolver.mapping
+        resolver.check_host()
+        rows = resolution_rows(conf)
+    except (cfg.ConfigFileValueError, exception.ImgtypeException,
+            ValueError) as e:
+        print('ERROR: %s' % e, file=sys.stderr)
+        return 2
+    if out_format == 'json':
+        print(json.dumps({
+            'images_type': conf.libvirt.images_type,
+            'images_type_mapping': str(mapping),
+            'formats': rows}, indent=2))
+    else:
+        print('images_type = %s, images_type_mapping = %s' % (
+            conf.libvirt.images_type, mapping or '(none)'))
+        print(format_table(rows))
+    return 0
+
+
+def add_command_parsers(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        'check', help='validate the options and show, per disk_format, the '
+        'backend, conversion and trait of a new instance')
+    parser.add_argument('--format', dest='out_format',
+                        choices=('table', 'json'), default='table')
+
+
+command_opt = cfg.SubCommandOpt('command', title='Commands',
+                                handler=add_command_parsers)
+
+
+_GLOBAL_OPTS = ('--config-file', '--config-dir')
+
+
+def hoist_global_opts(argv: Sequence[str]) -> list[str]:
+    """Move ``--config-file``/``--config-dir`` in front of the command.
+
+    oslo.config only takes them before the sub-command, but operators write
+    ``nova-imgtype check --config-file nova.conf``.
+    """
+    front: list[str] = []
+    rest: list[str] = []
+    args = iter(argv)
+    for arg in args:
+        if arg in _GLOBAL_OPTS:
+            front += [arg, next(args, '')]
+        elif arg.split('=', 1)[0] in _GLOBAL_OPTS:
+            front.append(arg)
+        else:
+            rest.append(arg)
+    return front + rest
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    CONF.register_cli_opt(command_opt)
+    try:
+        CONF(hoist_global_opts(sys.argv[1:] if argv is None else argv),
+             project='nova', prog='nova-imgtype', default_config_files=[])
+    except cfg.Error as e:
+        print('ERROR: %s' % e, file=sys.stderr)
+        return 2
+    try:
+        return check(CONF, CONF.command.out_format)
+    finally:
+        CONF.reset()
+        CONF.unregister_opt(command_opt)
+
+
+def run() -> None:
+    """Console script entry point."""
+    sys.exit(main())
+
+
+if __name__ == '__main__':
+    run()

@@ -29,6 +29,10 @@ SYSMETA_BACKEND = 'imgtype_backend'
 SYSMETA_NATIVE = 'imgtype_native_formats'
 
 
+#: Glance formats whose bytes are a raw disk: stock never converts them.
+RAW_FORMATS = frozenset(('raw', 'ami', 'ari', 'aki', 'iso'))
+
+
 @dataclasses.dataclass(frozen=True)
 class BackendDecision:
     """An instance's backend and the formats it uses in their own format."""
@@ -92,7 +96,7 @@ class BackendResolver:
         else:
             # Stock: fetch_to_raw converts anything but raw when
             # force_raw_images is set, and nothing otherwise.
-            converted = (disk_format != 'raw' and
+            converted = (disk_format not in RAW_FORMATS and
                          self._conf.force_raw_images)
         return FormatPlan(disk_format, decision.backend, converted,
                           disk_format in self.mapping)
