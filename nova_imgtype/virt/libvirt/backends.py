@@ -83,6 +83,8 @@ def _manager() -> extension.ExtensionManager:
 def reset() -> None:
     """Forget the loaded extensions (for tests that register new ones)."""
     _manager.cache_clear()
+    # stevedore also keeps entry points per namespace on the class.
+    extension.ExtensionManager.ENTRY_POINT_CACHE.pop(NAMESPACE, None)
 
 
 def names() -> Sequence[str]:

@@ -1,0 +1,155 @@
+"""The nova_imgtype.image_backends namespace and per-instance Backend."""
+
+import textwrap
+import uuid
+
+import pytest
+from nova import objects
+from nova.virt.libvirt import imagebackend as nova_imagebackend
+from oslo_config import fixture as config_fixture
+
+import nova.conf
+import nova_imgtype.conf  # noqa: F401
+from nova_imgtype import exception
+from nova_imgtype.virt.libvirt import backends
+from nova_imgtype.virt.libvirt import imagebackend
+from nova_imgtype.virt.libvirt import mapping
+from nova_imgtype.virt.libvirt import resolver as resolver_mod
+
+CONF = nova.conf.CONF
+objects.register_all()
+
+
+@pytest.fixture
+def conf(tmp_path):
+    fix = config_fixture.Config(CONF)
+    fix.setUp()
+    fix.config(instances_path=str(tmp_path))
+    yield fix
+    fix.cleanUp()
+
+
+def test_stock_backends_resolve_to_novas_classes():
+    assert backends.get_class('raw') is nova_imagebackend.Flat
+    assert backends.get_class('flat') is nova_imagebackend.Flat
+    assert backends.get_class('qcow2') is nova_imagebackend.Qcow2
+    assert backends.get_class('lvm') is nova_imagebackend.Lvm
+    assert backends.get_class('rbd') is nova_imagebackend.Rbd
+    assert backends.get_class('ploop') is nova_imagebackend.Ploop
+
+
+def test_unknown_backend():
+    with pytest.raises(exception.UnknownImageBackend, match="'nope'"):
+        backends.get_class('nope')
+
+
+def test_default_follows_use_cow_images():
+    assert backends.resolve_name('default', True) == 'qcow2'
+    assert backends.resolve_name('default', False) == 'flat'
+    assert backends.resolve_name('lvm', True) == 'lvm'
+
+
+@pytest.fixture
+def third_party(tmp_path, monkeypatch):
+    """A distribution, installed on sys.path for real, registering a
+    backend 'vhdstore' that holds vhd images natively."""
+    (tmp_path / 'vhdstore_backend.py').write_text(textwrap.dedent('''
+        from nova.virt.libvirt import imagebackend
+
+        class VhdStore(imagebackend.Flat):
+            native_disk_formats = ('vhd',)
+
+            @classmethod
+            def host_support_error(cls, conf):
+                return None if conf.host == 'vhd-host' else 'not vhd-host'
+    '''))
+    dist = tmp_path / 'vhdstore-1.0.dist-info'
+    dist.mkdir()
+    (dist / 'METADATA').write_text('Name: vhdstore\nVersion: 1.0\n')
+    (dist / 'entry_points.txt').write_text(
+        '[nova_imgtype.image_backends]\n'
+        'vhdstore = vhdstore_backend:VhdStore\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    backends.reset()
+    yield
+    backends.reset()
+
+
+def test_third_party_backend_is_usable_in_the_mapping(third_party, conf):
+    m = mapping.parse('vhd:vhdstore, qcow2:qcow2')
+    assert m['vhd'] == 'vhdstore'
+    assert backends.native_formats('vhdstore') == ('vhd',)
+    with pytest.raises(exception.InvalidImagesTypeMapping,
+                       match='not vhd-host'):
+        mapping.check_host(m, CONF)
+    conf.config(host='vhd-host')
+    mapping.check_host(m, CONF)
+    with pytest.raises(exception.InvalidImagesTypeMapping,
+                       match="'vhdstore' cannot use raw"):
+        mapping.parse('raw:vhdstore')
+
+
+def _instance(**sysmeta):
+    return objects.Instance(uuid=str(uuid.uuid4()), system_metadata=sysmeta,
+                            image_ref='img')
+
+
+@pytest.fixture
+def backend(conf):
+    return imagebackend.Backend(True, resolver_mod.BackendResolver(CONF),
+                                CONF)
+
+
+def test_recorded_backend_wins_over_images_type(conf, backend):
+    conf.config(images_type='flat', group='libvirt')
+    inst = _instance(imgtype_backend='qcow2',
+                     imgtype_native_formats='qcow2')
+    for name in ('disk', 'disk.local', 'disk.swap', 'disk.eph0',
+                 'disk.rescue'):
+        assert isinstance(backend.by_name(inst, name),
+                          nova_imagebackend.Qcow2), name
+    # What stock passes when it means "the instance's backend".
+    assert isinstance(backend.by_name(inst, 'disk', 'flat'),
+                      nova_imagebackend.Qcow2)
+    assert isinstance(backend.by_name(inst, 'disk', 'default'),
+                      nova_imagebackend.Qcow2)
+    # An explicit other type is kept.
+    assert isinstance(backend.by_name(inst, 'disk', 'raw'),
+                      nova_imagebackend.Flat)
+
+
+def test_kernel_and_config_drive_keep_stock_types(conf, backend):
+    conf.config(images_type='raw', group='libvirt')
+    inst = _instance(imgtype_backend='qcow2')
+    assert isinstance(backend.by_name(inst, 'kernel', 'raw'),
+                      nova_imagebackend.Flat)
+    assert isinstance(backend.by_name(inst, 'ramdisk.rescue', 'raw'),
+                      nova_imagebackend.Flat)
+    assert isinstance(backend.by_name(inst, 'disk.config', 'raw'),
+                      nova_imagebackend.Flat)
+
+
+def test_legacy_instance_follows_images_type_as_stock(conf, backend):
+    inst = _instance()
+    conf.config(images_type='flat', group='libvirt')
+    assert isinstance(backend.by_name(inst, 'disk'), nova_imagebackend.Flat)
+    conf.config(images_type='qcow2', group='libvirt')
+    assert isinstance(backend.by_name(inst, 'disk'), nova_imagebackend.Qcow2)
+
+
+def test_scope_makes_backend_per_instance(conf, backend):
+    conf.config(images_type='flat', group='libvirt')
+    inst = _instance(imgtype_backend='rbd')
+    assert backend.backend() is nova_imagebackend.Flat
+    with backend.scope(inst):
+        assert backend.backend() is nova_imagebackend.Rbd
+        assert backend.backend().is_shared_block_storage()
+    assert backend.backend() is nova_imagebackend.Flat
+
+
+def test_by_libvirt_path_defaults_to_instance_backend(conf, backend,
+                                                      tmp_path):
+    conf.config(images_type='flat', group='libvirt')
+    inst = _instance(imgtype_backend='qcow2')
+    img = backend.by_libvirt_path(inst, str(tmp_path / 'disk'))
+    assert isinstance(img, nova_imagebackend.Qcow2)

@@ -1,0 +1,109 @@
+"""BackendResolver: the one place deciding an instance's backend."""
+
+import uuid
+
+import pytest
+from nova import objects
+from oslo_config import fixture as config_fixture
+
+import nova.conf
+import nova_imgtype.conf  # noqa: F401
+from nova_imgtype import exception
+from nova_imgtype.virt.libvirt import resolver as resolver_mod
+
+CONF = nova.conf.CONF
+objects.register_all()
+
+
+@pytest.fixture
+def conf():
+    fix = config_fixture.Config(CONF)
+    fix.setUp()
+    yield fix
+    fix.cleanUp()
+
+
+@pytest.fixture
+def resolver(conf):
+    return resolver_mod.BackendResolver(CONF)
+
+
+def _instance(**sysmeta):
+    return objects.Instance(uuid=str(uuid.uuid4()), system_metadata=sysmeta)
+
+
+def test_mapped_format_is_native(conf, resolver):
+    conf.config(images_type='flat', images_type_mapping='qcow2:qcow2',
+                group='libvirt')
+    d = resolver.decide('qcow2')
+    assert d.backend == 'qcow2' and d.is_native('qcow2')
+    plan = resolver.plan('qcow2')
+    assert (plan.backend, plan.converted, plan.mapped) == ('qcow2', False,
+                                                           True)
+
+
+def test_unmapped_format_is_converted_to_images_type(conf, resolver):
+    conf.config(images_type='flat', images_type_mapping='raw:rbd',
+                group='libvirt')
+    d = resolver.decide('qcow2')
+    assert d.backend == 'flat' and not d.is_native('qcow2')
+    assert resolver.plan('qcow2').converted
+    assert not resolver.plan('iso').converted
+    conf.config(force_raw_images=False)
+    assert not resolver.plan('qcow2').converted
+
+
+def test_default_images_type_is_resolved_for_the_record(conf, resolver):
+    conf.config(images_type='default', group='libvirt')
+    conf.config(use_cow_images=False)
+    assert resolver.decide('raw').backend == 'flat'
+    conf.config(use_cow_images=True)
+    assert resolver.decide('raw').backend == 'qcow2'
+
+
+def test_boot_from_volume_uses_images_type(conf, resolver):
+    conf.config(images_type='flat', images_type_mapping='raw:rbd',
+                group='libvirt')
+    assert resolver.decide(None) == resolver_mod.BackendDecision('flat')
+
+
+def test_record_survives_config_change(conf, resolver):
+    conf.config(images_type='flat', images_type_mapping='qcow2:qcow2',
+                group='libvirt')
+    inst = _instance()
+    resolver.record(inst, resolver.decide('qcow2'))
+    assert inst.system_metadata == {'imgtype_backend': 'qcow2',
+                                    'imgtype_native_formats': 'qcow2'}
+    conf.config(images_type='lvm', images_type_mapping='',
+                group='libvirt')
+    assert resolver.backend_for(inst) == 'qcow2'
+    assert resolver.decision_for(inst).is_native('qcow2')
+
+
+def test_legacy_instance_follows_config(conf, resolver):
+    inst = _instance()
+    assert resolver.recorded(inst) is None
+    conf.config(images_type='lvm', group='libvirt')
+    assert resolver.backend_for(inst) == 'lvm'
+    assert not resolver.decision_for(inst).native_formats
+
+
+def test_supported_formats_follow_the_mapping(conf, resolver):
+    conf.config(images_type='rbd', group='libvirt')
+    conf.config(force_raw_images=False)
+    assert 'qcow2' not in resolver.supported_formats()
+    conf.config(images_type_mapping='qcow2:qcow2', group='libvirt')
+    assert 'qcow2' in resolver.supported_formats()
+    assert 'ploop' not in resolver.supported_formats()
+
+
+def test_ensure_served_names_instance_backend_and_reason(conf, resolver):
+    conf.config(images_volume_group=None, group='libvirt')
+    inst = _instance(imgtype_backend='lvm')
+    with pytest.raises(exception.BackendNotServedByHost) as e:
+        resolver.ensure_served(inst, 'host2')
+    msg = str(e.value)
+    assert inst.uuid in msg and "'lvm'" in msg and 'host2' in msg
+    assert 'images_volume_group' in msg
+    resolver.ensure_served(_instance(imgtype_backend='qcow2'), 'host2')
+    resolver.ensure_served(_instance(), 'host2')  # legacy: stock
