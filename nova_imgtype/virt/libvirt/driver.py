@@ -22,8 +22,8 @@ from nova.image import glance
 from nova.scheduler.client import report
 from nova.storage import rbd_utils
 from nova.virt import driver as virt_driver
-from nova.virt import imagecache as nova_imagecache
 from nova.virt.libvirt import driver as libvirt_driver
+from nova.virt.libvirt import imagecache as nova_imagecache
 from nova.virt.libvirt import utils as libvirt_utils
 from oslo_config import cfg
 from oslo_log import log as logging

@@ -16,8 +16,8 @@ import os
 from nova import exception
 from nova.i18n import _
 from nova.image import glance
-from nova.virt import imagecache
 from nova.virt import images
+from nova.virt.libvirt import imagecache
 from oslo_config import cfg
 from oslo_log import log as logging
 from oslo_utils import fileutils
