@@ -1,1 +1,1 @@
-"""nova-imgtype: image-format aware libvirt storage for stock OpenStack Nova."""
+"""nova-imgtype: image-format aware libvirt storage for stock Nova."""

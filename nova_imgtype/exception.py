@@ -5,6 +5,8 @@ arguments, the way Nova's and os-brick's exceptions do, so the message always
 names what is wrong.
 """
 
+from typing import Any
+
 from nova import exception as nova_exception
 from nova.i18n import _
 
@@ -13,6 +15,10 @@ class ImgtypeException(nova_exception.NovaException):
     """Base class of every nova-imgtype exception."""
 
     msg_fmt = _("An unknown nova-imgtype error occurred.")
+
+    def __init__(self, message: str | None = None, **kwargs: Any) -> None:
+        """Fill ``msg_fmt`` from ``kwargs`` unless a message is given."""
+        super().__init__(message, **kwargs)
 
 
 class InvalidImagesTypeMapping(ImgtypeException, nova_exception.Invalid,

@@ -3,12 +3,12 @@
 import textwrap
 import uuid
 
+import nova.conf
 import pytest
 from nova import objects
 from nova.virt.libvirt import imagebackend as nova_imagebackend
 from oslo_config import fixture as config_fixture
 
-import nova.conf
 import nova_imgtype.conf  # noqa: F401
 from nova_imgtype import exception
 from nova_imgtype.virt.libvirt import backends

@@ -8,12 +8,12 @@ import os
 import shutil
 import subprocess
 
+import nova.conf
 import pytest
 from nova import exception
 from nova.virt import images
 from oslo_config import fixture as config_fixture
 
-import nova.conf
 from nova_imgtype.virt.libvirt import imagecache
 
 IMAGE_ID = 'c8b1a2e4-4a8e-4d1e-9f39-6a8d4e0c1b11'

@@ -2,6 +2,7 @@
 
 import textwrap
 
+import nova.conf
 import pytest
 from hypothesis import given
 from hypothesis import settings
@@ -9,7 +10,6 @@ from hypothesis import strategies as st
 from oslo_config import cfg
 from oslo_config import fixture as config_fixture
 
-import nova.conf
 import nova_imgtype.conf  # noqa: F401  (registers our options)
 from nova_imgtype import exception
 from nova_imgtype.virt.libvirt import mapping
@@ -118,7 +118,7 @@ def test_bad_value_in_config_file_names_option_and_entry(tmp_path):
     nova_imgtype.conf.libvirt.register_opts(conf)
     conf(['--config-file', str(conf_file)])
     with pytest.raises(cfg.ConfigFileValueError) as e:
-        conf.libvirt.images_type_mapping
+        _ = conf.libvirt.images_type_mapping
     assert 'images_type_mapping' in str(e.value)
     assert "'qcow2:flat'" in str(e.value)
 

@@ -2,11 +2,11 @@
 
 import uuid
 
+import nova.conf
 import pytest
 from nova import objects
 from oslo_config import fixture as config_fixture
 
-import nova.conf
 import nova_imgtype.conf  # noqa: F401
 from nova_imgtype import exception
 from nova_imgtype.virt.libvirt import resolver as resolver_mod

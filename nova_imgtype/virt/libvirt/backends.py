@@ -21,7 +21,8 @@ Two optional class attributes let a backend take part in the mapping:
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from collections.abc import Sequence
 
 from nova.virt.libvirt import imagebackend
 from oslo_config import cfg

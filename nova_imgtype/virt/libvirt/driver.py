@@ -145,6 +145,7 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                                instance: objects.Instance, size: Any,
                                fallback_from_host: Any = None) -> None:
         decision = self._resolver.decision_for(instance)
+        disk_format: str | None
         if (decision.native_formats and
                 fetch_func is libvirt_utils.fetch_image):
             if imagecache.is_native_cache_fname(filename, image_id):
@@ -198,7 +199,8 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                 CONF.libvirt.images_type != 'rbd'):
             uuid = instance.uuid
             rbd_utils.RBDDriver().cleanup_volumes(
-                lambda disk: disk.startswith(uuid) and disk.endswith('.rescue'))
+                lambda disk: (disk.startswith(uuid) and
+                              disk.endswith('.rescue')))
 
     def _cleanup_resize(self, context: Any, instance: objects.Instance,
                         network_info: Any) -> None:
@@ -226,7 +228,7 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
         try:
             self._resolver.ensure_served(instance, CONF.host)
         except nova_exception.Invalid as e:
-            raise nova_exception.MigrationPreCheckError(reason=str(e))
+            raise nova_exception.MigrationPreCheckError(reason=str(e)) from e
         data = super().check_can_live_migrate_destination(
             context, instance, src_compute_info, dst_compute_info,
             block_migration=block_migration,

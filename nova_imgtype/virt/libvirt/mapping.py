@@ -9,7 +9,9 @@ used without conversion by that backend; any other format is converted to
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable
+from collections.abc import Iterator
+from collections.abc import Mapping
 
 from oslo_config import cfg
 from oslo_config import types
