@@ -11,7 +11,7 @@ PIP := $(PY) -m pip
 PIP_INSTALL := $(PIP) install -q --disable-pip-version-check -c constraints.txt
 PYTEST_ARGS ?=
 
-.PHONY: all demo test unit functional real bench pep8 genconfig venv clean
+.PHONY: all demo test unit functional real pep8 genconfig venv clean
 
 all: test
 
@@ -51,10 +51,8 @@ real: venv
 	$(PY) -m pytest tests/real $(PYTEST_ARGS)
 
 demo: venv
-	$(VENV)/bin/nova-imgtype demo
+	$(VENV)/bin/nova-imgtype check --config-file etc/demo/nova-compute.conf
 
-bench: venv
-	$(PY) -m benchmarks
 
 pep8: venv
 	$(VENV)/bin/ruff check nova_imgtype nova tests benchmarks
