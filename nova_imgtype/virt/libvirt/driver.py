@@ -137,7 +137,8 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                            image_id: str) -> str | None:
         if image_id == instance.image_ref:
             meta = instance.image_meta
-            return meta.disk_format if 'disk_format' in meta else None
+            return (meta.disk_format if meta.obj_attr_is_set('disk_format')
+                    else None)
         return glance.API().get(context, image_id).get('disk_format')
 
     def _try_fetch_image_cache(self, image: Any, fetch_func: Any,

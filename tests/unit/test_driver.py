@@ -1,0 +1,294 @@
+"""The driver's per-instance overrides.
+
+libvirt is Nova's fakelibvirt (``LibvirtFixture``); where a test is about
+what our override decides, the stock method it delegates to is mocked and
+the test asserts what it was called with.
+"""
+
+import uuid
+from unittest import mock
+
+import os_traits
+import pytest
+from nova import exception as nova_exception
+from nova import objects
+from nova.compute import provider_tree
+from nova.tests import fixtures as nova_fixtures
+from nova.virt import fake
+from nova.virt.libvirt import driver as stock_driver
+from nova.virt.libvirt import imagecache as nova_imagecache
+from nova.virt.libvirt import utils as libvirt_utils
+from oslo_config import fixture as config_fixture
+
+import nova.conf
+from nova_imgtype import exception
+from nova_imgtype.virt.libvirt import driver as imgtype_driver
+from nova_imgtype.virt.libvirt import imagecache
+
+CONF = nova.conf.CONF
+objects.register_all()
+STOCK = stock_driver.LibvirtDriver
+IMAGE_ID = '7f0b2b8e-6f0c-4d7e-9b1a-2f1f4b3c9d10'
+
+
+@pytest.fixture
+def conf(tmp_path):
+    fix = config_fixture.Config(CONF)
+    fix.setUp()
+    fix.config(instances_path=str(tmp_path), host='host1')
+    yield fix
+    fix.cleanUp()
+
+
+@pytest.fixture
+def make_driver(conf):
+    fix = nova_fixtures.LibvirtFixture()
+    fix.setUp()
+
+    def make(**libvirt_flags):
+        conf.config(group='libvirt', **libvirt_flags)
+        return imgtype_driver.LibvirtDriver(fake.FakeVirtAPI(), False)
+
+    yield make
+    fix.cleanUp()
+
+
+def _instance(**sysmeta):
+    inst = objects.Instance(uuid=str(uuid.uuid4()), system_metadata=sysmeta,
+                            image_ref=IMAGE_ID, task_state=None)
+    inst.save = mock.Mock()
+    return inst
+
+
+def test_stock_loader_finds_the_driver(make_driver):
+    from nova.virt import driver as virt_driver
+    with mock.patch.object(CONF, 'compute_driver', 'imgtype.LibvirtDriver'):
+        drv = virt_driver.load_compute_driver(fake.FakeVirtAPI())
+    assert isinstance(drv, imgtype_driver.LibvirtDriver)
+
+
+def test_capabilities_follow_the_mapping(make_driver, conf):
+    conf.config(force_raw_images=False)
+    drv = make_driver(images_type='rbd')
+    assert drv.capabilities['supports_image_type_qcow2'] is False
+    drv = make_driver(images_type='rbd', images_type_mapping='qcow2:qcow2')
+    assert drv.capabilities['supports_image_type_qcow2'] is True
+    assert drv.capabilities['supports_image_type_raw'] is True
+    assert drv.capabilities['supports_image_type_vmdk'] is False
+
+
+def test_init_host_refuses_a_backend_the_host_cannot_serve(make_driver):
+    drv = make_driver(images_type_mapping='raw:lvm', images_volume_group=None)
+    with mock.patch.object(STOCK, 'init_host') as stock_init:
+        with pytest.raises(exception.InvalidImagesTypeMapping,
+                           match="'raw:lvm'.*images_volume_group"):
+            drv.init_host('host1')
+    stock_init.assert_not_called()
+
+
+def test_driver_refuses_to_load_with_malformed_mapping(make_driver, conf):
+    conf.load_raw_values(group='libvirt', images_type_mapping='raw:lvm:x')
+    with pytest.raises(ValueError, match="'raw:lvm:x'"):
+        make_driver()
+
+
+def test_spawn_records_backend_then_spawns(make_driver):
+    drv = make_driver(images_type='flat', images_type_mapping='qcow2:qcow2')
+    inst = _instance()
+    meta = objects.ImageMeta.from_dict({'disk_format': 'qcow2'})
+    with mock.patch.object(STOCK, 'spawn') as stock_spawn:
+        stock_spawn.side_effect = lambda *a, **k: (
+            inst.save.assert_called_once_with())
+        drv.spawn(None, inst, meta, [], None, {})
+    stock_spawn.assert_called_once()
+    assert inst.system_metadata['imgtype_backend'] == 'qcow2'
+    assert inst.system_metadata['imgtype_native_formats'] == 'qcow2'
+
+
+def test_spawn_boot_from_volume_records_images_type(make_driver):
+    drv = make_driver(images_type='flat', images_type_mapping='qcow2:qcow2')
+    inst = _instance()
+    meta = objects.ImageMeta.from_dict({'disk_format': 'qcow2'})
+    bdi = {'block_device_mapping': [{'boot_index': 0,
+                                     'mount_device': '/dev/vda'}]}
+    with mock.patch.object(STOCK, 'spawn'), \
+            mock.patch.object(drv, '_is_booted_from_volume',
+                              return_value=True):
+        drv.spawn(None, inst, meta, [], None, {}, block_device_info=bdi)
+    assert inst.system_metadata['imgtype_backend'] == 'flat'
+    assert inst.system_metadata['imgtype_native_formats'] == ''
+
+
+def test_rebuild_keeps_record_and_refuses_unserved_backend(make_driver):
+    drv = make_driver(images_type='qcow2', images_volume_group=None)
+    inst = _instance(imgtype_backend='lvm', imgtype_native_formats='raw')
+    meta = objects.ImageMeta.from_dict({'disk_format': 'raw'})
+    with mock.patch.object(STOCK, 'spawn') as stock_spawn:
+        with pytest.raises(exception.BackendNotServedByHost,
+                           match='images_volume_group'):
+            drv.spawn(None, inst, meta, [], None, {})
+    stock_spawn.assert_not_called()
+    assert inst.system_metadata['imgtype_backend'] == 'lvm'
+
+
+@pytest.mark.parametrize('sysmeta,fmt,native', [
+    ({'imgtype_backend': 'qcow2', 'imgtype_native_formats': 'qcow2'},
+     'qcow2', True),
+    ({'imgtype_backend': 'qcow2', 'imgtype_native_formats': ''},
+     'qcow2', False),                  # unmapped: stock conversion
+    ({}, 'qcow2', False),              # legacy instance
+    ({'imgtype_backend': 'flat', 'imgtype_native_formats': 'raw'},
+     'raw', False),                    # raw is the same bytes: stock file
+])
+def test_fetch_goes_native_only_for_native_formats(make_driver, sysmeta,
+                                                   fmt, native):
+    drv = make_driver(images_type='qcow2')
+    inst = _instance(image_disk_format=fmt, **sysmeta)
+    stock_name = nova_imagecache.get_cache_fname(IMAGE_ID)
+    with mock.patch.object(STOCK, '_try_fetch_image_cache') as stock, \
+            mock.patch.object(imagecache, 'fetch_native') as fetch_native, \
+            mock.patch('nova.virt.images.fetch_to_raw'):
+        drv._try_fetch_image_cache(mock.sentinel.image,
+                                   libvirt_utils.fetch_image, None,
+                                   stock_name, IMAGE_ID, inst, 1)
+        (_, fetch_func, _, filename, *_), _ = stock.call_args
+        fetch_func(None, '/target', IMAGE_ID)
+    if native:
+        assert filename == imagecache.native_cache_fname(IMAGE_ID, fmt)
+        fetch_native.assert_called_once_with(None, '/target', IMAGE_ID, fmt,
+                                             None)
+    else:
+        assert filename == stock_name
+        assert fetch_func is libvirt_utils.fetch_image
+        fetch_native.assert_not_called()
+
+
+def test_fetch_of_a_native_backing_file_name_stays_native(make_driver):
+    """Block migration names the base after the disk's backing file."""
+    drv = make_driver(images_type='qcow2')
+    inst = _instance(imgtype_backend='qcow2',
+                     imgtype_native_formats='qcow2')
+    name = imagecache.native_cache_fname(IMAGE_ID, 'qcow2')
+    with mock.patch.object(STOCK, '_try_fetch_image_cache') as stock:
+        drv._try_fetch_image_cache(mock.sentinel.image,
+                                   libvirt_utils.fetch_image, None, name,
+                                   IMAGE_ID, inst, 1)
+    (_, fetch_func, _, filename, *_), _ = stock.call_args
+    assert filename == name and fetch_func is not libvirt_utils.fetch_image
+
+
+@pytest.mark.parametrize('backend,cleaner', [('lvm', '_cleanup_lvm'),
+                                             ('rbd', '_cleanup_rbd')])
+def test_cleanup_removes_disks_of_the_instance_backend(make_driver, backend,
+                                                       cleaner):
+    drv = make_driver(images_type='qcow2')
+    inst = _instance(imgtype_backend=backend)
+    with mock.patch.object(STOCK, '_cleanup') as stock, \
+            mock.patch.object(drv, cleaner) as clean:
+        drv._cleanup(None, inst, None, cleanup_instance_disks=True)
+    clean.assert_called_once()
+    stock.assert_called_once()
+    with mock.patch.object(STOCK, '_cleanup'), \
+            mock.patch.object(drv, cleaner) as clean:
+        drv._cleanup(None, inst, None, cleanup_instance_disks=False)
+    clean.assert_not_called()
+
+
+def test_provider_tree_gets_backend_traits_and_loses_stale_ones(
+        make_driver):
+    drv = make_driver(images_type='qcow2', images_volume_group=None)
+    tree = provider_tree.ProviderTree()
+    tree.new_root('host1', uuid.uuid4())
+    stale = os_traits.normalize_name('IMGTYPE_BACKEND_lvm')
+    tree.add_traits('host1', stale, 'CUSTOM_OTHER')
+    with mock.patch.object(STOCK, 'update_provider_tree'):
+        drv.update_provider_tree(tree, 'host1')
+    traits = tree.data('host1').traits
+    assert 'CUSTOM_IMGTYPE_BACKEND_QCOW2' in traits
+    assert 'CUSTOM_IMGTYPE_BACKEND_FLAT' in traits
+    assert stale not in traits            # no volume group any more
+    assert 'CUSTOM_OTHER' in traits       # not ours: kept
+
+
+def _placement_traits(*traits):
+    client = mock.Mock()
+    client.get_provider_traits.return_value = mock.Mock(traits=set(traits))
+    return mock.patch('nova.scheduler.client.report.'
+                      'report_client_singleton', return_value=client)
+
+
+@pytest.fixture
+def compute_node():
+    with mock.patch.object(objects.ComputeNode,
+                           'get_first_node_by_host_for_old_compat',
+                           return_value=mock.Mock(uuid='cn-uuid')):
+        yield
+
+
+def test_cold_move_refused_before_anything_when_dest_lacks_backend(
+        make_driver, compute_node):
+    drv = make_driver(images_type='qcow2')
+    inst = _instance(imgtype_backend='qcow2')
+    with _placement_traits('CUSTOM_IMGTYPE_BACKEND_FLAT'), \
+            mock.patch.object(STOCK, 'migrate_disk_and_power_off') as stock:
+        with pytest.raises(nova_exception.InstanceFaultRollback) as e:
+            drv.migrate_disk_and_power_off(None, inst, 'host2', None, None)
+    stock.assert_not_called()
+    assert 'host2' in str(e.value.inner_exception)
+    assert 'qcow2' in str(e.value.inner_exception)
+
+
+@pytest.mark.parametrize('traits', [
+    ('CUSTOM_IMGTYPE_BACKEND_QCOW2',),
+    (),        # destination runs no nova-imgtype: stock behaviour
+])
+def test_cold_move_goes_on(make_driver, compute_node, traits):
+    drv = make_driver(images_type='qcow2')
+    inst = _instance(imgtype_backend='qcow2')
+    with _placement_traits(*traits), \
+            mock.patch.object(STOCK, 'migrate_disk_and_power_off') as stock:
+        drv.migrate_disk_and_power_off(None, inst, 'host2', None, None)
+    stock.assert_called_once()
+
+
+def test_lvm_instance_is_not_migrated_on_a_non_lvm_host(make_driver):
+    drv = make_driver(images_type='qcow2')
+    inst = _instance(imgtype_backend='lvm')
+    with mock.patch.object(STOCK, 'migrate_disk_and_power_off') as stock:
+        with pytest.raises(nova_exception.InstanceFaultRollback):
+            drv.migrate_disk_and_power_off(None, inst, 'host2', None, None)
+    stock.assert_not_called()
+
+
+def test_live_migration_destination_reports_instance_backend(make_driver):
+    drv = make_driver(images_type='rbd')
+    inst = _instance(imgtype_backend='qcow2')
+    data = objects.LibvirtLiveMigrateData(image_type='rbd')
+    with mock.patch.object(STOCK, 'check_can_live_migrate_destination',
+                           return_value=data):
+        result = drv.check_can_live_migrate_destination(None, inst, {}, {})
+    assert result.image_type == 'qcow2'
+
+
+def test_live_migration_refused_by_destination_that_cannot_serve(
+        make_driver):
+    drv = make_driver(images_type='qcow2', images_rbd_pool='')
+    inst = _instance(imgtype_backend='rbd')
+    with mock.patch.object(STOCK,
+                           'check_can_live_migrate_destination') as stock:
+        with pytest.raises(nova_exception.MigrationPreCheckError,
+                           match='images_rbd_pool'):
+            drv.check_can_live_migrate_destination(None, inst, {}, {})
+    stock.assert_not_called()
+
+
+def test_shared_block_storage_is_judged_per_instance(make_driver):
+    drv = make_driver(images_type='qcow2')
+    rbd_inst = _instance(imgtype_backend='rbd')
+    dest = objects.LibvirtLiveMigrateData(
+        image_type='rbd', is_shared_instance_path=False,
+        is_volume_backed=False)
+    assert drv._is_shared_block_storage(rbd_inst, dest) is True
+    qcow2_inst = _instance(imgtype_backend='qcow2')
+    dest.image_type = 'qcow2'
+    assert drv._is_shared_block_storage(qcow2_inst, dest) is False
