@@ -8,6 +8,7 @@ the test asserts what it was called with.
 import uuid
 from unittest import mock
 
+import nova.conf
 import os_traits
 import pytest
 from nova import exception as nova_exception
@@ -20,7 +21,6 @@ from nova.virt.libvirt import imagecache as nova_imagecache
 from nova.virt.libvirt import utils as libvirt_utils
 from oslo_config import fixture as config_fixture
 
-import nova.conf
 from nova_imgtype import exception
 from nova_imgtype.virt.libvirt import driver as imgtype_driver
 from nova_imgtype.virt.libvirt import imagecache
