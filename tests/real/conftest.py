@@ -1,0 +1,76 @@
+"""pytest set-up for the real tier: one throwaway libvirtd per session.
+
+See :mod:`tests.real.fixtures` for how the daemon is started. A daemon that
+does not come up is an error, never a skip: the real tier runs on every
+machine that has the packages of ``bindep.txt``.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import tempfile
+from collections.abc import Iterator
+
+import libvirt
+import pytest
+
+from tests.real import fixtures
+
+
+def _quiet_libvirt_error(_ctx: object, _err: object) -> None:
+    """Errors still raise libvirtError; do not also print them."""
+
+
+libvirt.registerErrorHandler(_quiet_libvirt_error, None)
+
+
+@pytest.fixture(scope='session')
+def libvirt_daemon() -> Iterator[fixtures.LibvirtDaemon]:
+    """The throwaway libvirtd of this test session (stopped at its end)."""
+    daemon = fixtures.start_libvirtd()
+    try:
+        yield daemon
+    finally:
+        daemon.stop()
+
+
+@pytest.fixture(scope='session')
+def libvirt_uri(libvirt_daemon: fixtures.LibvirtDaemon) -> str:
+    """URI of the session's throwaway libvirtd (started on first use)."""
+    return libvirt_daemon.uri
+
+
+@pytest.fixture(scope='session')
+def libvirt_conn(libvirt_uri: str) -> Iterator[libvirt.virConnect]:
+    """A connection to the throwaway libvirtd, closed at session end."""
+    conn = libvirt.open(libvirt_uri)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+@pytest.fixture(scope='session')
+def kvm_available(libvirt_conn: libvirt.virConnect) -> bool:
+    """Whether the daemon can run x86_64 domains of type kvm."""
+    return fixtures.kvm_usable(libvirt_conn)
+
+
+@pytest.fixture
+def libvirt_tmp_path(libvirt_daemon: fixtures.LibvirtDaemon,
+                     tmp_path: pathlib.Path) -> Iterator[pathlib.Path]:
+    """A fresh directory the daemon (and QEMU) can reach.
+
+    ``tmp_path`` unless the daemon runs as another user (the session
+    fallback as root), then a directory of the daemon's base owned by it;
+    files made in it must be handed over with ``libvirt_daemon.give()``
+    before the daemon or QEMU write to them.
+    """
+    if libvirt_daemon.uid in (0, os.geteuid()):
+        yield tmp_path
+        return
+    path = pathlib.Path(tempfile.mkdtemp(dir=libvirt_daemon.base))
+    path.chmod(0o755)
+    libvirt_daemon.give(path)
+    yield path

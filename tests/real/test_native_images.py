@@ -1,0 +1,214 @@
+"""Real: images cached natively or converted, with real qemu-img and files,
+and the resulting instance disk booted by the throwaway libvirtd.
+
+Fake: only the image service. ``IMAGE_API.get``/``download`` serve a real
+file made by qemu-img; everything after the download (format inspection,
+qemu-img, stock and native caching, overlays, the domain) is real.
+"""
+
+import os
+import shutil
+import uuid
+
+import nova.conf
+import pytest
+from nova import context as nova_context
+from nova import exception as nova_exception
+from nova import objects
+from nova.tests import fixtures as nova_fixtures
+from nova.virt import fake
+from nova.virt import images
+from nova.virt.libvirt import imagecache as nova_imagecache
+from nova.virt.libvirt import utils as libvirt_utils
+from oslo_config import fixture as config_fixture
+
+from nova_imgtype.virt.libvirt import driver as imgtype_driver
+from nova_imgtype.virt.libvirt import imagecache
+from tests.real import fixtures as real
+
+CONF = nova.conf.CONF
+objects.register_all()
+MiB = 1024 * 1024
+
+
+@pytest.fixture
+def conf(tmp_path):
+    fix = config_fixture.Config(CONF)
+    fix.setUp()
+    fix.config(instances_path=str(tmp_path / 'instances'), host='real1',
+               force_raw_images=True, use_cow_images=True)
+    fix.config(lock_path=str(tmp_path / 'locks'),
+               group='oslo_concurrency')
+    os.makedirs(tmp_path / 'instances')
+    yield fix
+    fix.cleanUp()
+
+
+@pytest.fixture
+def glance(monkeypatch):
+    """{image_id: (path, disk_format)} served as the image service would."""
+    served = {}
+
+    def get(context, image_id, *args, **kwargs):
+        path, fmt = served[image_id]
+        return {'id': image_id, 'disk_format': fmt,
+                'container_format': 'bare', 'size': os.path.getsize(path)}
+
+    def download(context, image_id, data=None, dest_path=None,
+                 trusted_certs=None):
+        shutil.copyfile(served[image_id][0], dest_path)
+
+    monkeypatch.setattr(images.IMAGE_API, 'get', get)
+    monkeypatch.setattr(images.IMAGE_API, 'download', download)
+    monkeypatch.setattr(imagecache.IMAGE_API, 'get', get)
+    return served
+
+
+@pytest.fixture
+def driver(conf):
+    # The driver only builds disks here; its libvirt module is not used.
+    # Privileged helpers (qemu-img convert) run in-process: we are root.
+    fix = nova_fixtures.LibvirtFixture()
+    fix.setUp()
+    privsep = nova_fixtures.PrivsepFixture()
+    privsep.setUp()
+
+    def make(**libvirt_flags):
+        conf.config(group='libvirt', **libvirt_flags)
+        return imgtype_driver.LibvirtDriver(fake.FakeVirtAPI(), False)
+
+    yield make
+    privsep.cleanUp()
+    fix.cleanUp()
+
+
+def _instance(decision, image_id, disk_format):
+    inst = objects.Instance(
+        uuid=str(uuid.uuid4()), image_ref=image_id, task_state=None,
+        vm_state='building', trusted_certs=None, migration_context=None,
+        system_metadata={'image_disk_format': disk_format})
+    if decision is not None:
+        imgtype_driver.resolver_mod.BackendResolver.record(inst, decision)
+    return inst
+
+
+def _make_root_disk(drv, inst, image_id):
+    """What _create_image does for the root disk of an image-backed boot."""
+    backend = drv.image_backend.by_name(inst, 'disk')
+    drv._try_fetch_image_cache(
+        backend, libvirt_utils.fetch_image,
+        nova_context.get_admin_context(),
+        nova_imagecache.get_cache_fname(image_id), image_id, inst,
+        64 * MiB)
+    return backend
+
+
+def _base_dir():
+    return os.path.join(CONF.instances_path, '_base')
+
+
+def _cache_files():
+    base = _base_dir()
+    return sorted(os.listdir(base)) if os.path.exists(base) else []
+
+
+@pytest.fixture
+def qcow2_image(tmp_path, glance):
+    image_id = str(uuid.uuid4())
+    path = str(tmp_path / 'cloud.qcow2')
+    real.make_image(path, 'qcow2', 64 * MiB, compressed=True)
+    glance[image_id] = (path, 'qcow2')
+    return image_id, path
+
+
+def test_mapped_qcow2_is_cached_natively_and_boots(
+        driver, qcow2_image, libvirt_conn, kvm_available):
+    image_id, image_path = qcow2_image
+    drv = driver(images_type='flat', images_type_mapping='qcow2:qcow2')
+    decision = drv._resolver.decide('qcow2')
+    inst = _instance(decision, image_id, 'qcow2')
+
+    disk = _make_root_disk(drv, inst, image_id)
+
+    native = os.path.join(_base_dir(),
+                          imagecache.native_cache_fname(image_id, 'qcow2'))
+    assert _cache_files() == [os.path.basename(native)]
+    assert real.qemu_img_info(native)['format'] == 'qcow2'
+    # Not converted: the cached file is the image, byte for byte.
+    assert os.path.getsize(native) == os.path.getsize(image_path)
+    chain = real.qemu_img_info(disk.path, backing_chain=True)
+    assert chain[0]['format'] == 'qcow2'
+    assert chain[0]['full-backing-filename'] == native
+    assert chain[1]['format'] == 'qcow2'
+    assert (real.sha256_of_guest_data(disk.path, 'qcow2') ==
+            real.sha256_of_guest_data(image_path, 'qcow2'))
+
+    dom = real.start_domain(
+        libvirt_conn, 'native-' + inst.uuid[:8],
+        ["<disk type='file' device='disk'><driver name='qemu' type='qcow2'/>"
+         "<source file='%s'/><target dev='vda' bus='virtio'/></disk>"
+         % disk.path], kvm=kvm_available)
+    try:
+        assert dom.isActive()
+    finally:
+        real.destroy_domain(dom)
+
+
+def test_unmapped_qcow2_is_converted_as_stock(driver, qcow2_image):
+    image_id, image_path = qcow2_image
+    drv = driver(images_type='qcow2', images_type_mapping='raw:flat')
+    inst = _instance(drv._resolver.decide('qcow2'), image_id, 'qcow2')
+
+    disk = _make_root_disk(drv, inst, image_id)
+
+    stock = os.path.join(_base_dir(),
+                         nova_imagecache.get_cache_fname(image_id))
+    assert _cache_files() == [os.path.basename(stock)]
+    assert real.qemu_img_info(stock)['format'] == 'raw'
+    chain = real.qemu_img_info(disk.path, backing_chain=True)
+    assert chain[0]['full-backing-filename'] == stock
+    assert chain[1]['format'] == 'raw'
+    assert (real.sha256_of_guest_data(disk.path, 'qcow2') ==
+            real.sha256_of_guest_data(image_path, 'qcow2'))
+
+
+def test_native_and_converted_never_share_a_cache_file(driver, qcow2_image):
+    image_id, _ = qcow2_image
+    drv = driver(images_type='qcow2', images_type_mapping='qcow2:qcow2')
+    native_inst = _instance(drv._resolver.decide('qcow2'), image_id, 'qcow2')
+    _make_root_disk(drv, native_inst, image_id)
+    # After a config change, a new instance of the same image is converted.
+    drv = driver(images_type='qcow2', images_type_mapping='')
+    stock_inst = _instance(drv._resolver.decide('qcow2'), image_id, 'qcow2')
+    _make_root_disk(drv, stock_inst, image_id)
+    files = _cache_files()
+    assert len(files) == 2
+    formats = {f: real.qemu_img_info(os.path.join(_base_dir(), f))['format']
+               for f in files}
+    assert sorted(formats.values()) == ['qcow2', 'raw']
+
+
+@pytest.mark.parametrize('mapping', ['qcow2:qcow2', ''])
+@pytest.mark.parametrize('kind', ['backing-file', 'data-file'])
+def test_unsafe_qcow2_rejected_and_cache_left_clean(driver, glance, tmp_path,
+                                                    mapping, kind):
+    image_id = str(uuid.uuid4())
+    path = str(tmp_path / 'unsafe.qcow2')
+    if kind == 'backing-file':
+        base = str(tmp_path / 'secret.raw')
+        real.make_image(base, 'raw', 16 * MiB)
+        real.make_image(path, 'qcow2', 16 * MiB, backing_file=base,
+                        backing_fmt='raw')
+    else:
+        real.make_image(path, 'qcow2', 16 * MiB,
+                        data_file=str(tmp_path / 'data.raw'))
+    glance[image_id] = (path, 'qcow2')
+    drv = driver(images_type='qcow2', images_type_mapping=mapping)
+    inst = _instance(drv._resolver.decide('qcow2'), image_id, 'qcow2')
+
+    with pytest.raises(nova_exception.ImageUnacceptable):
+        _make_root_disk(drv, inst, image_id)
+
+    assert _cache_files() == []
+    assert not os.path.exists(os.path.join(CONF.instances_path, inst.uuid,
+                                           'disk'))
