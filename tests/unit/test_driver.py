@@ -55,7 +55,9 @@ def make_driver(conf):
 
 def _instance(**sysmeta):
     inst = objects.Instance(uuid=str(uuid.uuid4()), system_metadata=sysmeta,
-                            image_ref=IMAGE_ID, task_state=None)
+                            image_ref=IMAGE_ID, task_state=None,
+                            migration_context=objects.MigrationContext(
+                                migration_id=7))
     inst.save = mock.Mock()
     return inst
 
@@ -219,10 +221,12 @@ def _placement_traits(*traits):
 
 @pytest.fixture
 def compute_node():
-    with mock.patch.object(objects.ComputeNode,
-                           'get_first_node_by_host_for_old_compat',
-                           return_value=mock.Mock(uuid='cn-uuid')):
-        yield
+    migration = mock.Mock(dest_compute='host2', dest_node='node2')
+    with mock.patch.object(objects.Migration, 'get_by_id',
+                           return_value=migration), \
+            mock.patch.object(objects.ComputeNode, 'get_by_host_and_nodename',
+                              return_value=mock.Mock(uuid='cn-uuid')) as gn:
+        yield gn
 
 
 def test_cold_move_refused_before_anything_when_dest_lacks_backend(
@@ -232,8 +236,9 @@ def test_cold_move_refused_before_anything_when_dest_lacks_backend(
     with _placement_traits('CUSTOM_IMGTYPE_BACKEND_FLAT'), \
             mock.patch.object(STOCK, 'migrate_disk_and_power_off') as stock:
         with pytest.raises(nova_exception.InstanceFaultRollback) as e:
-            drv.migrate_disk_and_power_off(None, inst, 'host2', None, None)
+            drv.migrate_disk_and_power_off(None, inst, '192.0.2.2', None, None)
     stock.assert_not_called()
+    compute_node.assert_called_once_with(None, 'host2', 'node2')
     assert 'host2' in str(e.value.inner_exception)
     assert 'qcow2' in str(e.value.inner_exception)
 
@@ -247,7 +252,7 @@ def test_cold_move_goes_on(make_driver, compute_node, traits):
     inst = _instance(imgtype_backend='qcow2')
     with _placement_traits(*traits), \
             mock.patch.object(STOCK, 'migrate_disk_and_power_off') as stock:
-        drv.migrate_disk_and_power_off(None, inst, 'host2', None, None)
+        drv.migrate_disk_and_power_off(None, inst, '192.0.2.2', None, None)
     stock.assert_called_once()
 
 
@@ -256,7 +261,7 @@ def test_lvm_instance_is_not_migrated_on_a_non_lvm_host(make_driver):
     inst = _instance(imgtype_backend='lvm')
     with mock.patch.object(STOCK, 'migrate_disk_and_power_off') as stock:
         with pytest.raises(nova_exception.InstanceFaultRollback):
-            drv.migrate_disk_and_power_off(None, inst, 'host2', None, None)
+            drv.migrate_disk_and_power_off(None, inst, '192.0.2.2', None, None)
     stock.assert_not_called()
 
 

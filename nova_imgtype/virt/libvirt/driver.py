@@ -252,32 +252,34 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                 block_device_info=block_device_info)
 
     def _check_destination_serves(self, context: Any,
-                                  instance: objects.Instance,
-                                  dest: str) -> None:
+                                  instance: objects.Instance) -> None:
         """Refuse a cold move to a host that can't serve the backend.
 
         Asked of placement before anything is touched: the destination
-        reports one ``CUSTOM_IMGTYPE_BACKEND_<NAME>`` trait per backend it
-        can serve. A destination reporting none runs no nova-imgtype, and
+        node reports one ``CUSTOM_IMGTYPE_BACKEND_<NAME>`` trait per backend
+        it can serve. A destination reporting none runs no nova-imgtype, and
         the move goes on as in stock Nova.
         """
         decision = self._resolver.recorded(instance)
-        if decision is None:
+        if decision is None or not instance.migration_context:
             return
-        node = objects.ComputeNode.get_first_node_by_host_for_old_compat(
-            context, dest, use_slave=False)
+        migration = objects.Migration.get_by_id(
+            context, instance.migration_context.migration_id)
+        node = objects.ComputeNode.get_by_host_and_nodename(
+            context, migration.dest_compute, migration.dest_node)
         traits = report.report_client_singleton().get_provider_traits(
             context, node.uuid).traits
         prefix = os_traits.CUSTOM_NAMESPACE + BACKEND_TRAIT_PREFIX
         if not any(t.startswith(prefix) for t in traits):
             LOG.warning('Destination %s reports no image backends; it does '
                         'not run nova-imgtype and will treat this instance '
-                        'as its images_type', dest, instance=instance)
+                        'as its images_type', migration.dest_compute,
+                        instance=instance)
             return
         if backend_trait(decision.backend) not in traits:
             reason = _('destination host %(dest)s cannot serve image backend '
                        '%(backend)s of this instance') % {
-                'dest': dest, 'backend': decision.backend}
+                'dest': migration.dest_compute, 'backend': decision.backend}
             raise nova_exception.InstanceFaultRollback(
                 nova_exception.MigrationPreCheckError(reason=reason))
 
@@ -292,8 +294,7 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
             reason = _('Migration is not supported for LVM backed instances')
             raise nova_exception.InstanceFaultRollback(
                 nova_exception.MigrationPreCheckError(reason=reason))
-        if dest != CONF.host:
-            self._check_destination_serves(context, instance, dest)
+        self._check_destination_serves(context, instance)
         return super().migrate_disk_and_power_off(
             context, instance, dest, flavor, network_info,
             block_device_info=block_device_info, timeout=timeout,

@@ -1,0 +1,360 @@
+"""Functional test base: stock Nova services running *our* libvirt driver.
+
+:class:`ImgtypeServersTestBase` is stock Nova's libvirt functional base
+(:class:`nova.tests.functional.libvirt.base.ServersTestBase`: in-process API,
+conductor, scheduler and placement, fakelibvirt domains) with three
+differences:
+
+1. Computes load ``compute_driver = imgtype.LibvirtDriver`` through Nova's own
+   ``load_compute_driver`` (the installed ``nova/virt/imgtype`` shim), each
+   with its own config options (``images_type``, ``use_cow_images``,
+   ``force_raw_images``, ``[libvirt]images_type_mapping``, anything else).
+2. Instance disks are real files made by the real image backends with real
+   ``qemu-img`` under a fresh ``CONF.instances_path`` per test: the mocks of
+   ``LibvirtImageBackendFixture`` and of ``LibvirtDriver._create_image`` are
+   undone, and privsep'd calls run in-process (we run as root).
+3. Glance serves real image bytes: :meth:`create_image` makes a raw or qcow2
+   file with ``qemu-img`` and registers it in Nova's ``GlanceFixture``.
+
+Config is global (one ``CONF`` per process), see :meth:`start_compute` and
+:meth:`on_compute` for how per-compute options are handled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+from collections.abc import Mapping
+from typing import Any
+
+import fixtures
+import nova.conf
+from nova.tests import fixtures as nova_fixtures
+from nova.tests.functional.libvirt import base as libvirt_base
+from nova.virt.libvirt import driver as libvirt_driver
+from nova.virt.libvirt import imagebackend
+from nova.virt.libvirt import imagecache
+from nova.virt.libvirt import utils as libvirt_utils
+
+import nova_imgtype.conf  # noqa: F401  registers [libvirt]images_type_mapping
+from nova_imgtype.virt.libvirt import driver as imgtype_driver
+
+CONF = nova.conf.CONF
+
+#: What stock Nova's ``load_compute_driver`` is given: it imports
+#: ``nova.virt.imgtype``, the shim this package installs into Nova.
+COMPUTE_DRIVER = 'imgtype.LibvirtDriver'
+
+#: Config options, ``{(group or None, option): value}``.
+FlagDict = dict[tuple[str | None, str], Any]
+
+#: The attributes ``ServersTestBase`` (directly, or through
+#: ``LibvirtImageBackendFixture``) replaces so that no disk is made. Their
+#: real values are taken here, when this module is imported, before any test
+#: patches them; :meth:`ImgtypeServersTestBase._unmock_image_creation` puts
+#: them back for the duration of each test.
+_UNMOCK = (
+    # ServersTestBase: MockPatch(..., return_value=(False, False)).
+    (libvirt_driver.LibvirtDriver, '_create_image'),
+    # LibvirtImageBackendFixture: every Image is a Mock ...
+    (imagebackend.Backend, 'backend'),
+    # ... the fetch functions handed to Image.cache() are autospec mocks ...
+    (libvirt_utils, 'fetch_image'),
+    (libvirt_utils, 'fetch_raw_image'),
+    # ... and so are ephemeral and swap disk creation.
+    (libvirt_driver.LibvirtDriver, '_create_ephemeral'),
+    (libvirt_driver.LibvirtDriver, '_create_swap'),
+)
+_REAL = {(owner, name): vars(owner)[name] for owner, name in _UNMOCK}
+
+#: Glance disk_format -> qemu-img format name, where they differ.
+_QEMU_FORMAT = {'vhd': 'vpc'}
+
+#: Written at offset 0 of every image :meth:`create_image` makes, so a test
+#: can check that the bytes on disk came from the image.
+IMAGE_MARKER = b'nova-imgtype functional image\n'
+
+
+def qemu_img_info(path: str) -> dict[str, Any]:
+    """``qemu-img info --output=json`` of ``path`` (one layer), parsed."""
+    out = subprocess.run(
+        ['qemu-img', 'info', '--force-share', '--output=json', path],
+        check=True, capture_output=True, text=True).stdout
+    info: dict[str, Any] = json.loads(out)
+    return info
+
+
+def _flag_dict(flags: Mapping[str | None, Mapping[str, Any]] | None,
+               **common: Any) -> FlagDict:
+    """Flatten ``{group: {option: value}}`` plus the common shortcuts."""
+    result: FlagDict = {}
+    for group, opts in (flags or {}).items():
+        group = None if group in (None, '', 'DEFAULT') else group
+        for name, value in opts.items():
+            result[(group, name)] = value
+    shortcuts = {
+        'images_type': 'libvirt', 'images_type_mapping': 'libvirt',
+        'use_cow_images': None, 'force_raw_images': None,
+    }
+    for name, value in common.items():
+        if value is not None:
+            result[(shortcuts[name], name)] = value
+    return result
+
+
+class ImgtypeServersTestBase(libvirt_base.ServersTestBase):
+    """Stock libvirt functional base running ``imgtype.LibvirtDriver``.
+
+    No compute is started by ``setUp``: a test starts its own with
+    :meth:`start_compute`, gets images with :meth:`create_image`, boots with
+    :meth:`boot_server` (or the stock ``_create_server``), and inspects the
+    real files with :meth:`instance_path`, :meth:`cache_path` and
+    :func:`qemu_img_info`.
+
+    Attributes a test can use:
+
+    ``instances_path``
+        ``CONF.instances_path``: a fresh temporary directory per test.
+    ``compute_flags``
+        ``{hostname: {(group, option): value}}``, the options each compute
+        was started with.
+    ``active_compute``
+        The compute whose options are in ``CONF`` right now.
+    ``image_files``
+        ``{image_id: path}`` of the files served by :meth:`create_image`.
+    """
+
+    #: Microversion of API requests: 'latest' lets ``networks='none'`` and
+    #: ``host=`` be used without further ado.
+    microversion = 'latest'
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.instances_path: str = CONF.instances_path
+        self.compute_flags: dict[str, FlagDict] = {}
+        self.active_compute: str | None = None
+        self._flag_baseline: FlagDict = {}
+        self.image_files: dict[str, str] = {}
+        self._image_dir = self.useFixture(fixtures.TempDir()).path
+        self._unmock_image_creation()
+        # Ephemeral disks of an image without os_type get vfat by default,
+        # whose mkfs (dosfstools) is not on these machines; ext4's is.
+        self.flags(default_ephemeral_format='ext4')
+        # Privsep'd functions (qemu-img convert, utime, ...) run in this
+        # process instead of asking a privsep daemon, which the harness
+        # forbids (PrivsepNoHelperFixture). The tests run as root.
+        self.useFixture(nova_fixtures.PrivsepFixture())
+
+    # -- set-up ---------------------------------------------------------------
+
+    def _setup_compute_service(self) -> None:
+        """Only choose the driver; tests start computes themselves.
+
+        Replaces ServersTestBase's, which chooses ``libvirt.LibvirtDriver``.
+        The compute service then loads the driver the stock way:
+        ``nova.virt.driver.load_compute_driver`` imports
+        ``nova.virt.imgtype`` and instantiates its ``LibvirtDriver``.
+        """
+        self.flags(compute_driver=COMPUTE_DRIVER)
+
+    def _unmock_image_creation(self) -> None:
+        """Put back the real image creation code ServersTestBase mocked.
+
+        Each attribute in ``_UNMOCK`` is set back to its real value and the
+        mock is restored at cleanup (before the mock's own fixture restores
+        the real value again), so nothing leaks out of the test.
+        """
+        for (owner, name), real in _REAL.items():
+            current = vars(owner)[name]
+            setattr(owner, name, real)
+            self.addCleanup(setattr, owner, name, current)
+
+    # -- computes and their options -------------------------------------------
+
+    def start_compute(  # type: ignore[override]
+            self, hostname: str = 'compute1', *args: Any,
+            images_type: str | None = None,
+            use_cow_images: bool | None = None,
+            force_raw_images: bool | None = None,
+            images_type_mapping: str | None = None,
+            flags: Mapping[str | None, Mapping[str, Any]] | None = None,
+            **kwargs: Any) -> str:
+        """Start compute ``hostname`` running ``imgtype.LibvirtDriver``.
+
+        :param hostname: the compute's host name (also its node name).
+        :param args: ServersTestBase.start_compute's other positional
+            arguments (host_info, pci_info, ...), as
+            ``restart_compute_service`` passes them.
+        :param images_type: ``[libvirt]images_type`` of this compute.
+        :param use_cow_images: ``[DEFAULT]use_cow_images``.
+        :param force_raw_images: ``[DEFAULT]force_raw_images``.
+        :param images_type_mapping: ``[libvirt]images_type_mapping``, as
+            written in nova.conf (e.g. ``'qcow2:qcow2'``).
+        :param flags: any other options, ``{group: {option: value}}``;
+            ``None`` or ``'DEFAULT'`` is the DEFAULT group.
+        :param kwargs: ServersTestBase.start_compute's keyword arguments.
+        :returns: the hostname.
+
+        The options are recorded in ``self.compute_flags[hostname]`` (merged
+        into what was recorded before, so a restart keeps them) and applied
+        to the global CONF with :meth:`apply_compute_flags` before the
+        service starts. They *stay applied* after this returns, so starting
+        compute2 after compute1 leaves compute2's options in CONF (just as
+        stock Nova's harness leaves ``CONF.host`` at the last compute
+        started). What stock Nova and our driver read when the driver is
+        created is per compute; what they read at call time
+        (``images_type`` in ``_create_image``, ``force_raw_images`` in
+        ``fetch_to_raw``, the mapping in the resolver, ``CONF.host``) is
+        whatever CONF holds then: wrap calls meant for another compute in
+        ``with self.on_compute(hostname):``.
+        """
+        new = _flag_dict(flags, images_type=images_type,
+                         use_cow_images=use_cow_images,
+                         force_raw_images=force_raw_images,
+                         images_type_mapping=images_type_mapping)
+        for group, name in new:
+            if (group, name) not in self._flag_baseline:
+                section = getattr(CONF, group) if group else CONF
+                self._flag_baseline[(group, name)] = getattr(section, name)
+        self.compute_flags.setdefault(hostname, {}).update(new)
+        self.apply_compute_flags(hostname)
+        started = super().start_compute(hostname, *args, **kwargs)
+        driver = self.computes[hostname].manager.driver
+        self.assertIsInstance(driver, imgtype_driver.LibvirtDriver)
+        return started
+
+    def apply_compute_flags(self, hostname: str) -> None:
+        """Make CONF hold ``hostname``'s options, and ``CONF.host``.
+
+        Every option recorded for *any* compute gets ``hostname``'s value
+        if it has one, else the value CONF had when the option was first
+        given to a compute (its default, or what ``self.flags`` set before).
+        An option given to a compute is owned by these records from then
+        on: a later ``self.flags`` of it lasts only until the next apply.
+        """
+        for (group, name), baseline in self._flag_baseline.items():
+            value = self.compute_flags.get(hostname, {}).get(
+                (group, name), baseline)
+            if value is None:
+                CONF.clear_override(name, group)
+            else:
+                CONF.set_override(name, value, group)
+        CONF.set_override('host', hostname)
+        self.active_compute = hostname
+
+    @contextlib.contextmanager
+    def on_compute(self, hostname: str) -> Iterator[None]:
+        """Run the block with ``hostname``'s options in CONF.
+
+        For an operation served by a compute other than the one whose
+        options are active (e.g. booting onto compute1 after compute2 was
+        started). The options active before are put back afterwards. RPC
+        casts are calls in this harness (CastAsCallFixture), so the
+        compute's work happens inside the block.
+        """
+        previous = self.active_compute
+        self.apply_compute_flags(hostname)
+        try:
+            yield
+        finally:
+            if previous is not None:
+                self.apply_compute_flags(previous)
+
+    # -- images -------------------------------------------------------------
+
+    def create_image(self, fmt: str, size_mb: int = 1, *,
+                     name: str | None = None,
+                     properties: Mapping[str, Any] | None = None,
+                     container_format: str = 'bare') -> dict[str, Any]:
+        """Make a real image file and serve it from Nova's GlanceFixture.
+
+        A raw file of ``size_mb`` MiB is made with ``qemu-img create``, its
+        first bytes set to :data:`IMAGE_MARKER`, and unless ``fmt`` is
+        ``raw`` it is converted to ``fmt`` with ``qemu-img convert``
+        (``vhd`` is qemu's ``vpc``). The image is registered with that
+        ``disk_format`` and ``container_format``, its real ``size`` and
+        ``virtual_size``; ``GlanceFixture.download`` returns the file's
+        bytes (``create(..., data=file)`` keeps them in memory).
+
+        :returns: the image as the fixture holds it (``['id']`` for booting).
+            Its file is in ``self.image_files[image['id']]``.
+        """
+        image_id = str(uuid.uuid4())
+        raw = os.path.join(self._image_dir, image_id + '.raw')
+        subprocess.run(['qemu-img', 'create', '-q', '-f', 'raw', raw,
+                        '%dM' % size_mb], check=True)
+        with open(raw, 'r+b') as f:
+            f.write(IMAGE_MARKER)
+        path = raw
+        if fmt != 'raw':
+            path = os.path.join(self._image_dir, '%s.%s' % (image_id, fmt))
+            subprocess.run(['qemu-img', 'convert', '-q', '-f', 'raw', '-O',
+                            _QEMU_FORMAT.get(fmt, fmt), raw, path],
+                           check=True)
+            os.unlink(raw)
+        meta: dict[str, Any] = {
+            'id': image_id,
+            'name': name or 'imgtype-%s-%dM' % (fmt, size_mb),
+            'status': 'active',
+            'visibility': 'public',
+            'is_public': True,
+            'protected': False,
+            'disk_format': fmt,
+            'container_format': container_format,
+            'size': os.path.getsize(path),
+            'virtual_size': size_mb * 1024 * 1024,
+            'min_disk': 0,
+            'min_ram': 0,
+            'tags': [],
+            'properties': dict(properties or {}),
+        }
+        with open(path, 'rb') as data:
+            image: dict[str, Any] = self.glance.create(None, meta, data=data)
+        self.image_files[image_id] = path
+        return image
+
+    # -- servers ------------------------------------------------------------
+
+    def boot_server(self, image_id: str, *, host: str | None = None,
+                    flavor_id: str | None = '1',
+                    expected_state: str = 'ACTIVE',
+                    **kwargs: Any) -> dict[str, Any]:
+        """Boot a server from ``image_id`` through the API and wait for it.
+
+        :param host: ask for this compute (admin API, microversion >= 2.74);
+            when given, the block runs under :meth:`on_compute`.
+        :param flavor_id: defaults to ``'1'`` (m1.tiny: 1 GiB root disk,
+            no ephemeral, no swap).
+        :param kwargs: passed to ``_create_server`` (``name``, ``networks``,
+            ...); ``networks`` defaults to ``'none'``.
+        :returns: the server as the API shows it in ``expected_state``.
+        """
+        kwargs.setdefault('networks', 'none')
+        with (self.on_compute(host) if host else contextlib.nullcontext()):
+            server: dict[str, Any] = self._create_server(
+                image_uuid=image_id, flavor_id=flavor_id, host=host,
+                expected_state=expected_state, **kwargs)
+        return server
+
+    # -- files --------------------------------------------------------------
+
+    def instance_path(self, server: Mapping[str, Any] | str,
+                      *parts: str) -> str:
+        """``<instances_path>/<uuid>[/parts...]`` of a server (or uuid)."""
+        server_id = server if isinstance(server, str) else server['id']
+        return os.path.join(self.instances_path, server_id, *parts)
+
+    @property
+    def base_dir(self) -> str:
+        """The image cache: ``<instances_path>/_base``."""
+        return os.path.join(self.instances_path,
+                            CONF.image_cache.subdirectory_name)
+
+    def cache_path(self, image_id: str) -> str:
+        """Stock Nova's cached base file of an image (sha1 of its id)."""
+        return os.path.join(self.base_dir,
+                            imagecache.get_cache_fname(image_id))

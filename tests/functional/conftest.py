@@ -1,0 +1,65 @@
+"""pytest set-up for the functional tier (stock Nova's functional harness).
+
+Three things stock Nova 34 from PyPI needs before its functional test base
+classes run under pytest:
+
+* eventlet monkey patching before anything else of Nova is imported, as
+  Nova's own test packages do (``nova/tests/__init__.py``). Done here at
+  import time: pytest imports this conftest before it collects any test
+  module of this directory (and, for ``pytest tests/unit tests/functional``,
+  before any test module at all).
+* ``[wsgi]api_paste_config``: Nova's ConfFixture defaults it to
+  ``$pybasedir/etc/nova/api-paste.ini``, which does not exist for a wheel
+  install; the wheel puts the file under ``<venv>/etc/nova/``. oslo.config
+  reads ``OS_WSGI__API_PASTE_CONFIG`` from the environment, which beats that
+  default. An explicit value in the environment is kept.
+* ``nova.test.TestCase._clear_attrs`` (a cleanup) deletes every public
+  instance attribute, including the bound test method pytest's unittest
+  runner set on the instance and deletes itself afterwards
+  (AttributeError). The autouse fixture below makes ``_clear_attrs`` keep
+  that one attribute, for every ``nova.test.TestCase`` subclass of this
+  tier, without touching Nova's files.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+
+from nova import monkey_patch
+
+monkey_patch.patch()
+
+import pytest  # noqa: E402
+
+_PASTE = os.path.join(sys.prefix, 'etc', 'nova', 'api-paste.ini')
+if os.path.exists(_PASTE):
+    os.environ.setdefault('OS_WSGI__API_PASTE_CONFIG', _PASTE)
+
+
+@pytest.fixture(autouse=True)
+def _keep_test_method_across_clear_attrs(
+        request: pytest.FixtureRequest) -> Iterator[None]:
+    """Keep pytest's bound test method through ``TestCase._clear_attrs``.
+
+    Acts on ``nova.test.TestCase`` instances only (anything with a
+    ``_clear_attrs``); a no-op for plain pytest tests.
+    """
+    instance = getattr(request, 'instance', None)
+    clear = getattr(instance, '_clear_attrs', None)
+    if clear is None:
+        yield
+        return
+
+    def _clear_attrs() -> None:
+        name = instance._testMethodName
+        kept = instance.__dict__.get(name)
+        clear()
+        if kept is not None:
+            instance.__dict__[name] = kept
+
+    # TestCase.setUp registers self._clear_attrs with addCleanup *after*
+    # this fixture ran, and looks it up on the instance then.
+    instance._clear_attrs = _clear_attrs
+    yield
