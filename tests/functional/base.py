@@ -30,6 +30,7 @@ import uuid
 from collections.abc import Iterator
 from collections.abc import Mapping
 from typing import Any
+from unittest import mock
 
 import fixtures
 import nova.conf
@@ -70,6 +71,8 @@ _UNMOCK = (
     (libvirt_driver.LibvirtDriver, '_create_swap'),
 )
 _REAL = {(owner, name): vars(owner)[name] for owner, name in _UNMOCK}
+assert not any(isinstance(v, mock.Mock) for v in _REAL.values()), (
+    'tests.functional.base imported while Nova is patched')
 
 #: Glance disk_format -> qemu-img format name, where they differ.
 _QEMU_FORMAT = {'vhd': 'vpc'}
@@ -189,28 +192,57 @@ class ImgtypeServersTestBase(libvirt_base.ServersTestBase):
         :param args: ServersTestBase.start_compute's other positional
             arguments (host_info, pci_info, ...), as
             ``restart_compute_service`` passes them.
-        :param images_type: ``[libvirt]images_type`` of this compute.
-        :param use_cow_images: ``[DEFAULT]use_cow_images``.
-        :param force_raw_images: ``[DEFAULT]force_raw_images``.
-        :param images_type_mapping: ``[libvirt]images_type_mapping``, as
-            written in nova.conf (e.g. ``'qcow2:qcow2'``).
-        :param flags: any other options, ``{group: {option: value}}``;
-            ``None`` or ``'DEFAULT'`` is the DEFAULT group.
         :param kwargs: ServersTestBase.start_compute's keyword arguments.
+        :param images_type, use_cow_images, force_raw_images,
+            images_type_mapping, flags: this compute's options, see
+            :meth:`set_compute_flags`.
         :returns: the hostname.
 
-        The options are recorded in ``self.compute_flags[hostname]`` (merged
-        into what was recorded before, so a restart keeps them) and applied
-        to the global CONF with :meth:`apply_compute_flags` before the
-        service starts. They *stay applied* after this returns, so starting
-        compute2 after compute1 leaves compute2's options in CONF (just as
+        The options are recorded with :meth:`set_compute_flags` (merged into
+        what was recorded before: ``restart_compute_service`` keeps them)
+        and put in the global CONF with :meth:`apply_compute_flags` before
+        the service starts. They *stay* in CONF after this returns, so
+        after starting compute1 then compute2, CONF holds compute2's (as
         stock Nova's harness leaves ``CONF.host`` at the last compute
-        started). What stock Nova and our driver read when the driver is
-        created is per compute; what they read at call time
-        (``images_type`` in ``_create_image``, ``force_raw_images`` in
-        ``fetch_to_raw``, the mapping in the resolver, ``CONF.host``) is
-        whatever CONF holds then: wrap calls meant for another compute in
-        ``with self.on_compute(hostname):``.
+        started). What is read when the driver is created is per compute;
+        what stock Nova and our driver read at call time (``images_type``
+        in ``_create_image``, ``force_raw_images`` in ``fetch_to_raw``, the
+        mapping in the resolver, ``CONF.host``) is whatever CONF holds
+        then: run operations served by another compute inside
+        ``with self.on_compute(hostname):`` (``boot_server(host=...)`` does).
+        """
+        self.set_compute_flags(
+            hostname, images_type=images_type, use_cow_images=use_cow_images,
+            force_raw_images=force_raw_images,
+            images_type_mapping=images_type_mapping, flags=flags)
+        self.apply_compute_flags(hostname)
+        started = super().start_compute(hostname, *args, **kwargs)
+        driver = self.computes[hostname].manager.driver
+        self.assertIsInstance(driver, imgtype_driver.LibvirtDriver)
+        return started
+
+    def set_compute_flags(
+            self, hostname: str, *,
+            images_type: str | None = None,
+            use_cow_images: bool | None = None,
+            force_raw_images: bool | None = None,
+            images_type_mapping: str | None = None,
+            flags: Mapping[str | None, Mapping[str, Any]] | None = None
+    ) -> None:
+        """Record options of compute ``hostname``, without applying them.
+
+        :param images_type: ``[libvirt]images_type``.
+        :param use_cow_images: ``[DEFAULT]use_cow_images``.
+        :param force_raw_images: ``[DEFAULT]force_raw_images``.
+        :param images_type_mapping: ``[libvirt]images_type_mapping`` as
+            written in nova.conf (e.g. ``'qcow2:qcow2'``).
+        :param flags: any other options, ``{group: {option: value}}``;
+            group ``None`` or ``'DEFAULT'`` is the DEFAULT group.
+
+        ``None`` leaves an option as recorded before. Merged into
+        ``self.compute_flags[hostname]``; they take effect at the next
+        :meth:`apply_compute_flags` (``start_compute``,
+        ``restart_compute_service``, :meth:`on_compute`).
         """
         new = _flag_dict(flags, images_type=images_type,
                          use_cow_images=use_cow_images,
@@ -221,11 +253,6 @@ class ImgtypeServersTestBase(libvirt_base.ServersTestBase):
                 section = getattr(CONF, group) if group else CONF
                 self._flag_baseline[(group, name)] = getattr(section, name)
         self.compute_flags.setdefault(hostname, {}).update(new)
-        self.apply_compute_flags(hostname)
-        started = super().start_compute(hostname, *args, **kwargs)
-        driver = self.computes[hostname].manager.driver
-        self.assertIsInstance(driver, imgtype_driver.LibvirtDriver)
-        return started
 
     def apply_compute_flags(self, hostname: str) -> None:
         """Make CONF hold ``hostname``'s options, and ``CONF.host``.

@@ -1,0 +1,105 @@
+"""A cold move to a host that cannot serve the instance's backend is
+refused before anything is touched.
+
+The backend is a third-party one registered for real in the
+``nova_imgtype.image_backends`` namespace (a distribution on sys.path):
+stock Qcow2, servable only on compute1. Real as in the other functional
+tests: API, conductor, scheduler, placement (whose traits the source asks),
+disk files; fake: libvirt domains and Glance.
+"""
+
+from __future__ import annotations
+
+import os
+import textwrap
+
+import fixtures
+from nova.tests.functional.api import client
+
+from nova_imgtype.virt.libvirt import backends
+from tests.functional import base
+
+BACKEND_MODULE = '''
+from nova.virt.libvirt import imagebackend
+
+
+class HostBoundQcow2(imagebackend.Qcow2):
+    """qcow2 images natively, on compute1 only."""
+
+    native_disk_formats = ('qcow2',)
+
+    @classmethod
+    def host_support_error(cls, conf):
+        if conf.host != 'compute1':
+            return 'the hostbound store is only attached to compute1'
+        return None
+'''
+
+
+class RefusedMoveTest(base.ImgtypeServersTestBase):
+
+    def setUp(self) -> None:
+        super().setUp()
+        pkg = self.useFixture(fixtures.TempDir()).path
+        with open(os.path.join(pkg, 'hostbound_backend.py'), 'w') as f:
+            f.write(textwrap.dedent(BACKEND_MODULE))
+        dist = os.path.join(pkg, 'hostbound-1.0.dist-info')
+        os.mkdir(dist)
+        with open(os.path.join(dist, 'METADATA'), 'w') as f:
+            f.write('Name: hostbound\nVersion: 1.0\n')
+        with open(os.path.join(dist, 'entry_points.txt'), 'w') as f:
+            f.write('[nova_imgtype.image_backends]\n'
+                    'hostbound = hostbound_backend:HostBoundQcow2\n')
+        self.useFixture(fixtures.PythonPathEntry(pkg))
+        backends.reset()
+        self.addCleanup(backends.reset)
+        self.flags(allow_resize_to_same_host=False)
+        self.useFixture(fixtures.MockPatch(
+            'nova.virt.libvirt.driver.LibvirtDriver._is_path_shared_with',
+            return_value=True))
+
+    def _traits(self, hostname: str) -> set[str]:
+        rp_uuid = self._get_provider_uuid_by_host(hostname)
+        return set(self._get_provider_traits(rp_uuid))
+
+    def test_migration_to_host_without_backend_is_refused(self) -> None:
+        self.start_compute('compute1', images_type='flat',
+                           images_type_mapping='qcow2:hostbound')
+        self.start_compute('compute2', images_type='flat')
+        self.assertIn('CUSTOM_IMGTYPE_BACKEND_HOSTBOUND',
+                      self._traits('compute1'))
+        self.assertNotIn('CUSTOM_IMGTYPE_BACKEND_HOSTBOUND',
+                         self._traits('compute2'))
+        self.assertIn('CUSTOM_IMGTYPE_BACKEND_QCOW2',
+                      self._traits('compute2'))
+
+        image = self.create_image('qcow2', size_mb=4)
+        server = self.boot_server(image['id'], host='compute1')
+        disk = self.instance_path(server, 'disk')
+        before = base.qemu_img_info(disk)
+
+        # The destination claims and reports its traits with its own options
+        # (one CONF in this harness, one per nova-compute in real life).
+        with self.on_compute('compute2'):
+            # Casts are calls in this harness, so the compute's refusal
+            # comes back through the API request; in a cloud the request is
+            # accepted and the migration ends in error.
+            self.assertRaises(client.OpenStackApiException,
+                              self.admin_api.post_server_action,
+                              server['id'], {'migrate': {'host': 'compute2'}})
+        self._wait_for_migration_status(server, ['error'])
+        server = self.admin_api.get_server(server['id'])
+
+        # Refused before anything was touched: the guest was never powered
+        # off, it is where it was, on its unchanged disk, and nothing was
+        # made for the destination. (The harness re-raises the refusal
+        # into the destination's prep_resize, whose reschedule handling
+        # then sets vm_state to error; in a cloud the source's rollback
+        # leaves it active.)
+        self.assertEqual(1, server['OS-EXT-STS:power_state'])  # RUNNING
+        self.assertEqual('compute1', server['OS-EXT-SRV-ATTR:host'])
+        self.assertEqual(before, base.qemu_img_info(disk))
+        self.assertFalse(os.path.exists(self.instance_path(server) +
+                                        '_resize'))
+        self.assertIn('destination host compute2 cannot serve image '
+                      'backend hostbound', server['fault']['message'])
