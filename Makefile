@@ -55,7 +55,7 @@ demo: venv
 
 
 pep8: venv
-	$(VENV)/bin/ruff check nova_imgtype nova tests benchmarks
+	$(VENV)/bin/ruff check nova_imgtype nova tests
 	$(VENV)/bin/mypy nova_imgtype
 
 genconfig: venv
