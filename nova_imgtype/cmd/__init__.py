@@ -5,4 +5,4 @@ import warnings
 # Importing Nova imports eventlet, which announces its own deprecation on
 # stderr; it says nothing about the command the operator ran.
 warnings.filterwarnings('ignore', message=r'\s*Eventlet is deprecated',
-                        category=DeprecationWarning)
+                        category=Warning)
