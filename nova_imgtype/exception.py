@@ -46,3 +46,36 @@ class BackendNotServedByHost(ImgtypeException, nova_exception.Invalid):
 
     msg_fmt = _("Instance %(instance_uuid)s uses image backend %(backend)r, "
                 "which host %(host)s cannot serve: %(reason)s")
+
+
+class StorageException(ImgtypeException):
+    """Base of the storage pool errors; each names the pool."""
+
+    msg_fmt = _("libvirt storage error on pool %(pool)s")
+
+
+class StorageUnavailable(ImgtypeException):
+    msg_fmt = _("libvirt storage is unavailable: %(reason)s")
+
+
+class PoolNotFound(StorageException):
+    msg_fmt = _("Storage pool %(pool)s does not exist")
+
+
+class PoolInactive(StorageException):
+    msg_fmt = _("Storage pool %(pool)s exists but is not active")
+
+
+class PoolConflict(StorageException):
+    msg_fmt = _("Storage pool %(pool)s exists with another definition: "
+                "%(reason)s; it is not redefined")
+
+
+class VolumeExists(StorageException):
+    msg_fmt = _("Volume %(volume)s already exists in storage pool %(pool)s; "
+                "it is not overwritten")
+
+
+class VolumeCreateFailed(StorageException):
+    msg_fmt = _("Creating volume %(volume)s in storage pool %(pool)s "
+                "failed: %(reason)s")

@@ -1,0 +1,127 @@
+"""Real: the storage pool layer on the throwaway libvirtd, with real dir
+pools, real files and qemu-img, and a domain booted from pool volumes."""
+
+import os
+import uuid
+
+import libvirt
+import pytest
+
+from nova_imgtype import exception
+from nova_imgtype.virt.libvirt import config
+from nova_imgtype.virt.libvirt import pools
+from tests.real import fixtures as real
+
+MiB = 1024 * 1024
+
+
+@pytest.fixture
+def sp(libvirt_conn, libvirt_tmp_path):
+    """Default pools under a fresh instances_path; removed afterwards."""
+    storage = pools.StoragePools(lambda: libvirt_conn)
+    base, disks = pools.default_specs(str(libvirt_tmp_path / 'instances'))
+    storage.base = storage.ensure(base)
+    storage.disks = storage.ensure(disks)
+    storage.specs = (base, disks)
+    yield storage
+    for pool in (storage.base, storage.disks):
+        if pool.isActive():
+            pool.destroy()
+        pool.undefine()
+
+
+def _template(sp, name, fmt, size=32 * MiB, **kw):
+    """A real image dropped into the cache directory, as a download does."""
+    path = os.path.join(sp.specs[0].target, name)
+    real.make_image(path, fmt, size, **kw)
+    sp.refresh(pools.BASE_POOL)
+    return path, sp.base.storageVolLookupByName(name)
+
+
+def test_cow_overlay_backs_onto_the_cached_template(sp):
+    tmpl, _ = _template(sp, 'tmpl-raw', 'raw')
+    name = pools.volume_name(str(uuid.uuid4()), 'disk')
+    vol = sp.create_cow(sp.disks, name, tmpl, 'raw', 64 * MiB)
+    chain = real.qemu_img_info(vol.path(), backing_chain=True)
+    assert chain[0]['format'] == 'qcow2'
+    assert chain[0]['format-specific']['data']['compat'] == '1.1'
+    assert chain[0]['virtual-size'] == 64 * MiB
+    assert chain[0]['full-backing-filename'] == tmpl
+    assert chain[1]['filename'] == tmpl and chain[1]['format'] == 'raw'
+    # The overlay holds no data of its own: O(1) whatever the size.
+    assert os.path.getsize(vol.path()) < MiB
+    assert sp.backing_paths(sp.disks) == {tmpl}
+
+
+@pytest.mark.parametrize('src_fmt,dst_fmt', [('raw', 'qcow2'),
+                                             ('qcow2', 'raw')])
+def test_copy_converts_and_keeps_the_data(sp, src_fmt, dst_fmt):
+    tmpl, src = _template(sp, 'tmpl-' + src_fmt, src_fmt)
+    name = pools.volume_name(str(uuid.uuid4()), 'disk')
+    vol = sp.copy(sp.disks, name, src, dst_fmt, 48 * MiB)
+    info = real.qemu_img_info(vol.path())
+    assert info['format'] == dst_fmt
+    assert 'backing-filename' not in info
+    assert info['virtual-size'] == 48 * MiB
+    # Same guest data in the first 32 MiB (the copy is grown with zeroes).
+    head = vol.path() + '.head'
+    real.qemu_img('convert', '-O', 'raw', '-f', dst_fmt, vol.path(), head)
+    os.truncate(head, 32 * MiB)
+    assert (real.sha256_of_guest_data(head, 'raw') ==
+            real.sha256_of_guest_data(tmpl, src_fmt))
+    os.unlink(head)
+
+
+def test_failed_creation_leaves_nothing(sp):
+    name = pools.volume_name(str(uuid.uuid4()), 'disk')
+    with pytest.raises(exception.VolumeCreateFailed) as e:
+        sp.create_cow(sp.disks, name, '/nonexistent/template', 'qcow2',
+                      MiB)
+    assert name in str(e.value) and pools.DISKS_POOL in str(e.value)
+    assert sp.find_volume(sp.disks, name) is None
+    assert os.listdir(sp.specs[1].target) == []
+
+
+def test_domain_boots_from_pool_volumes_and_delete_leaves_nothing(
+        sp, libvirt_conn, kvm_available):
+    tmpl, _ = _template(sp, 'tmpl-qcow2', 'qcow2', compressed=True)
+    inst = str(uuid.uuid4())
+    sp.create_cow(sp.disks, pools.volume_name(inst, 'disk'), tmpl, 'qcow2',
+                  64 * MiB)
+    sp.create_cow(sp.disks, pools.volume_name(inst, 'disk.local'), tmpl,
+                  'qcow2', 64 * MiB)
+    disks = []
+    for dev, disk_name in (('vda', 'disk'), ('vdb', 'disk.local')):
+        cfg = config.LibvirtConfigGuestVolumeDisk()
+        cfg.source_pool = pools.DISKS_POOL
+        cfg.source_volume = pools.volume_name(inst, disk_name)
+        cfg.driver_name, cfg.driver_format = 'qemu', 'qcow2'
+        cfg.target_dev, cfg.target_bus = dev, 'virtio'
+        disks.append(cfg.to_xml())
+    dom = real.start_domain(libvirt_conn, 'pool-' + inst[:8], disks,
+                            kvm=kvm_available)
+    try:
+        assert dom.isActive()
+        # libvirt resolved the volume to its file.
+        assert dom.blockInfo('vda')[0] == 64 * MiB
+    finally:
+        real.destroy_domain(dom)
+
+    deleted = sp.delete_instance_volumes(sp.disks, inst)
+    assert len(deleted) == 2
+    assert os.listdir(sp.specs[1].target) == []
+    assert [v.name() for v in sp.volumes(sp.disks)] == []
+    # The template stays in the cache.
+    assert os.path.exists(tmpl)
+
+
+def test_domain_on_a_missing_volume_fails_clearly(sp, libvirt_conn,
+                                                  kvm_available):
+    cfg = config.LibvirtConfigGuestVolumeDisk()
+    cfg.source_pool, cfg.source_volume = pools.DISKS_POOL, 'nope_disk'
+    cfg.driver_name, cfg.driver_format = 'qemu', 'qcow2'
+    cfg.target_dev, cfg.target_bus = 'vda', 'virtio'
+    with pytest.raises(libvirt.libvirtError) as e:
+        real.start_domain(libvirt_conn, 'pool-missing', [cfg.to_xml()],
+                          kvm=kvm_available)
+    assert e.value.get_error_code() == libvirt.VIR_ERR_NO_STORAGE_VOL

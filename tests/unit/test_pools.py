@@ -1,0 +1,121 @@
+"""Storage pool layer on libvirt's embedded test driver (no daemon, no
+data: it checks XML and flow; tests/real checks data)."""
+
+import uuid
+
+import libvirt
+import pytest
+from lxml import etree
+
+from nova_imgtype import exception
+from nova_imgtype.virt.libvirt import config
+from nova_imgtype.virt.libvirt import pools
+
+libvirt.registerErrorHandler(lambda ctx, err: None, None)
+
+
+@pytest.fixture
+def conn():
+    # A private test driver instance per test: no state shared.
+    c = libvirt.open('test:///default')
+    yield c
+    for pool in c.listAllStoragePools(0):
+        if pool.name().startswith('nova-'):
+            if pool.isActive():
+                pool.destroy()
+            pool.undefine()
+    c.close()
+
+
+@pytest.fixture
+def sp(conn):
+    return pools.StoragePools(lambda: conn)
+
+
+def test_default_pools_are_created_started_autostarted(sp, tmp_path):
+    base, disks = pools.default_specs(str(tmp_path))
+    assert base.target == str(tmp_path / '_base')
+    for spec in (base, disks):
+        pool = sp.ensure(spec)
+        assert pool.isActive() and pool.autostart()
+    # Found again, not redefined.
+    assert sp.ensure(disks).UUIDString() == sp.get(
+        pools.DISKS_POOL).UUIDString()
+
+
+def test_conflicting_pool_is_an_error_not_redefined(sp, conn, tmp_path):
+    _, disks = pools.default_specs(str(tmp_path))
+    other = pools.PoolSpec(pools.DISKS_POOL, 'dir', str(tmp_path / 'other'))
+    conn.storagePoolDefineXML(other.to_xml(), 0)
+    with pytest.raises(exception.PoolConflict) as e:
+        sp.ensure(disks)
+    assert pools.DISKS_POOL in str(e.value)
+    assert str(tmp_path / 'other') in str(e.value)
+    target = etree.fromstring(conn.storagePoolLookupByName(
+        pools.DISKS_POOL).XMLDesc(0)).findtext('target/path')
+    assert target == str(tmp_path / 'other')
+
+
+def test_missing_and_inactive_pools_are_named(sp, conn, tmp_path):
+    with pytest.raises(exception.PoolNotFound, match=pools.DISKS_POOL):
+        sp.get(pools.DISKS_POOL)
+    _, disks = pools.default_specs(str(tmp_path))
+    sp.ensure(disks).destroy()
+    with pytest.raises(exception.PoolInactive, match=pools.DISKS_POOL):
+        sp.get(pools.DISKS_POOL)
+
+
+def test_unreachable_libvirt_is_a_clear_error():
+    def broken():
+        raise libvirt.libvirtError('Failed to connect socket')
+    with pytest.raises(exception.StorageUnavailable, match='socket'):
+        pools.StoragePools(broken).get(pools.DISKS_POOL)
+
+
+def test_cow_volume_xml_and_no_overwrite(sp, tmp_path):
+    _, disks = pools.default_specs(str(tmp_path))
+    pool = sp.ensure(disks)
+    name = pools.volume_name(str(uuid.uuid4()), 'disk')
+    vol = sp.create_cow(pool, name, '/cache/tmpl', 'raw', 1 << 30)
+    xml = etree.fromstring(vol.XMLDesc(0))
+    assert xml.find('target/format').get('type') == 'qcow2'
+    assert xml.findtext('backingStore/path') == '/cache/tmpl'
+    assert sp.backing_paths(pool) == {'/cache/tmpl'}
+    with pytest.raises(exception.VolumeExists) as e:
+        sp.create_cow(pool, name, '/cache/other', 'raw', 1 << 30)
+    assert name in str(e.value) and pools.DISKS_POOL in str(e.value)
+    assert etree.fromstring(pool.storageVolLookupByName(name).XMLDesc(
+        0)).findtext('backingStore/path') == '/cache/tmpl'
+
+
+def test_delete_instance_volumes_only_touches_that_instance(sp, tmp_path):
+    _, disks = pools.default_specs(str(tmp_path))
+    pool = sp.ensure(disks)
+    mine, other = str(uuid.uuid4()), str(uuid.uuid4())
+    for u in (mine, other):
+        for disk in ('disk', 'disk.local', 'disk.swap'):
+            sp.create_cow(pool, pools.volume_name(u, disk), '/t', 'raw',
+                          1 << 20)
+    deleted = sp.delete_instance_volumes(pool, mine)
+    assert sorted(deleted) == sorted(
+        pools.volume_name(mine, d) for d in ('disk', 'disk.local',
+                                             'disk.swap'))
+    left = sorted(v.name() for v in sp.volumes(pool))
+    assert left == sorted(pools.volume_name(other, d)
+                          for d in ('disk', 'disk.local', 'disk.swap'))
+
+
+def test_volume_disk_xml_round_trips():
+    disk = config.LibvirtConfigGuestVolumeDisk()
+    disk.source_pool, disk.source_volume = pools.DISKS_POOL, 'u_disk'
+    disk.driver_name, disk.driver_format = 'qemu', 'qcow2'
+    disk.target_dev, disk.target_bus = 'vda', 'virtio'
+    xml = etree.fromstring(disk.to_xml())
+    assert xml.get('type') == 'volume'
+    assert xml.find('source').attrib == {'pool': pools.DISKS_POOL,
+                                         'volume': 'u_disk'}
+    assert [c.tag for c in xml] == ['driver', 'source', 'target']
+    parsed = config.LibvirtConfigGuestVolumeDisk()
+    parsed.parse_dom(xml)
+    assert (parsed.source_pool, parsed.source_volume) == (pools.DISKS_POOL,
+                                                          'u_disk')
