@@ -79,3 +79,11 @@ class VolumeExists(StorageException):
 class VolumeCreateFailed(StorageException):
     msg_fmt = _("Creating volume %(volume)s in storage pool %(pool)s "
                 "failed: %(reason)s")
+
+
+class NotSupportedOnPools(ImgtypeException, nova_exception.Invalid):
+    """An operation nova-imgtype cannot do yet for a pool instance."""
+
+    msg_fmt = _("%(operation)s is not supported yet for instance "
+                "%(instance_uuid)s, whose disks are libvirt storage volumes "
+                "([libvirt]use_storage_pools)")

@@ -47,7 +47,40 @@ Related options:
 * ``force_raw_images``: applies to unmapped formats only.
 """)
 
-ALL_OPTS = [images_type_mapping_opt]
+use_storage_pools_opt = cfg.BoolOpt(
+    'use_storage_pools',
+    default=False,
+    help="""
+Put the disks of new instances on libvirt storage pools (``LibvirtStorage``).
+
+When enabled, nova-compute creates (or finds) the storage pools
+``nova-base-images-pool``, a directory pool over the image cache that does
+not change its layout, and ``nova-disks-pool``, a directory pool at
+``<instances_path>/disks``, and new instances of the ``raw``, ``flat`` and
+``qcow2`` backends get their disks as volumes ``{instance-uuid}_{name}`` of
+``nova-disks-pool``: copy-on-write qcow2 overlays on the cached template for
+``qcow2``, libvirt copies (``createXMLFrom``) for ``raw``/``flat``. The
+choice is recorded with each instance (system metadata ``imgtype_storage``)
+and kept for its life; existing instances are not moved.
+
+Not yet supported for instances on pools (refused with a clear error):
+cold and live migration, resize, snapshot. lvm and rbd backends keep their
+legacy storage.
+
+Possible values:
+
+* False (default): stock image backends.
+* True: file backends on libvirt storage pools for new instances.
+
+Related options:
+
+* ``[libvirt]images_type`` and ``[libvirt]images_type_mapping`` choose the
+  backend, and so the volume format.
+* ``use_cow_images``: as in stock Nova, ``images_type = default`` means
+  qcow2 with it and flat without.
+""")
+
+ALL_OPTS = [images_type_mapping_opt, use_storage_pools_opt]
 
 
 def register_opts(conf: cfg.ConfigOpts) -> None:

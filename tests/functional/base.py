@@ -178,7 +178,7 @@ class ImgtypeServersTestBase(libvirt_base.ServersTestBase):
 
     # -- computes and their options -------------------------------------------
 
-    def start_compute(  # type: ignore[override]
+    def start_compute(
             self, hostname: str = 'compute1', *args: Any,
             images_type: str | None = None,
             use_cow_images: bool | None = None,
@@ -248,24 +248,27 @@ class ImgtypeServersTestBase(libvirt_base.ServersTestBase):
                          use_cow_images=use_cow_images,
                          force_raw_images=force_raw_images,
                          images_type_mapping=images_type_mapping)
-        for group, name in new:
-            if (group, name) not in self._flag_baseline:
-                section = getattr(CONF, group) if group else CONF
-                self._flag_baseline[(group, name)] = getattr(section, name)
         self.compute_flags.setdefault(hostname, {}).update(new)
 
     def apply_compute_flags(self, hostname: str) -> None:
         """Make CONF hold ``hostname``'s options, and ``CONF.host``.
 
-        Every option recorded for *any* compute gets ``hostname``'s value
-        if it has one, else the value CONF had when the option was first
-        given to a compute (its default, or what ``self.flags`` set before).
-        An option given to a compute is owned by these records from then
-        on: a later ``self.flags`` of it lasts only until the next apply.
+        Every option recorded for *any* compute (``self.compute_flags``,
+        which a test may also edit directly) gets ``hostname``'s value if it
+        has one, else its baseline: the value CONF had when the option was
+        first applied (its default, or what ``self.flags`` set before). An
+        option given to a compute is owned by these records from then on:
+        a later ``self.flags`` of it lasts only until the next apply.
         """
+        for host_flags in self.compute_flags.values():
+            for group, name in host_flags:
+                if (group, name) not in self._flag_baseline:
+                    section = getattr(CONF, group) if group else CONF
+                    self._flag_baseline[(group, name)] = getattr(section,
+                                                                 name)
+        own = self.compute_flags.get(hostname, {})
         for (group, name), baseline in self._flag_baseline.items():
-            value = self.compute_flags.get(hostname, {}).get(
-                (group, name), baseline)
+            value = own.get((group, name), baseline)
             if value is None:
                 CONF.clear_override(name, group)
             else:
@@ -279,9 +282,12 @@ class ImgtypeServersTestBase(libvirt_base.ServersTestBase):
 
         For an operation served by a compute other than the one whose
         options are active (e.g. booting onto compute1 after compute2 was
-        started). The options active before are put back afterwards. RPC
-        casts are calls in this harness (CastAsCallFixture), so the
-        compute's work happens inside the block.
+        started). The options active before are put back afterwards.
+
+        Wait for the operation to finish *inside* the block: RPC casts are
+        calls in this harness (CastAsCallFixture), but the compute manager
+        still runs some work (a build, for one) in its own worker thread
+        after the call returned.
         """
         previous = self.active_compute
         self.apply_compute_flags(hostname)

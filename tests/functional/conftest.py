@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 from nova import monkey_patch
 
@@ -46,9 +47,9 @@ def _keep_test_method_across_clear_attrs(
     Acts on ``nova.test.TestCase`` instances only (anything with a
     ``_clear_attrs``); a no-op for plain pytest tests.
     """
-    instance = getattr(request, 'instance', None)
+    instance: Any = getattr(request, 'instance', None)
     clear = getattr(instance, '_clear_attrs', None)
-    if clear is None:
+    if instance is None or clear is None:
         yield
         return
 

@@ -45,7 +45,7 @@ class ImagesTypeMappingTest(base.ImgtypeServersTestBase):
         inst = objects.Instance.get_by_uuid(
             self.ctxt, server['id'], expected_attrs=['system_metadata'])
         return {k: v for k, v in inst.system_metadata.items()
-                if k.startswith('imgtype_')}
+                if k in ('imgtype_backend', 'imgtype_native_formats')}
 
     def disk_info(self, server: dict[str, Any]) -> dict[str, Any]:
         return base.qemu_img_info(self.instance_path(server, 'disk'))

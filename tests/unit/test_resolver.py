@@ -73,7 +73,8 @@ def test_record_survives_config_change(conf, resolver):
     inst = _instance()
     resolver.record(inst, resolver.decide('qcow2'))
     assert inst.system_metadata == {'imgtype_backend': 'qcow2',
-                                    'imgtype_native_formats': 'qcow2'}
+                                    'imgtype_native_formats': 'qcow2',
+                                    'imgtype_storage': 'legacy'}
     conf.config(images_type='lvm', images_type_mapping='',
                 group='libvirt')
     assert resolver.backend_for(inst) == 'qcow2'
@@ -107,3 +108,16 @@ def test_ensure_served_names_instance_backend_and_reason(conf, resolver):
     assert 'images_volume_group' in msg
     resolver.ensure_served(_instance(imgtype_backend='qcow2'), 'host2')
     resolver.ensure_served(_instance(), 'host2')  # legacy: stock
+
+
+def test_storage_pools_implement_file_backends_only(conf, resolver):
+    conf.config(use_storage_pools=True, images_type='flat',
+                images_type_mapping='qcow2:qcow2, raw:rbd', group='libvirt')
+    assert resolver.decide('qcow2').storage == 'pools'
+    assert resolver.decide('vmdk').storage == 'pools'       # flat
+    assert resolver.decide('raw').storage == 'legacy'       # rbd
+    inst = _instance()
+    resolver.record(inst, resolver.decide('qcow2'))
+    conf.config(use_storage_pools=False, group='libvirt')
+    assert resolver.decision_for(inst).storage == 'pools'  # kept for life
+    assert resolver.decision_for(_instance()).storage == 'legacy'

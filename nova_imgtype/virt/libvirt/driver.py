@@ -29,10 +29,12 @@ from oslo_config import cfg
 from oslo_log import log as logging
 
 import nova_imgtype.conf
+from nova_imgtype import exception
 from nova_imgtype.virt.libvirt import backends
 from nova_imgtype.virt.libvirt import imagebackend
 from nova_imgtype.virt.libvirt import imagecache
 from nova_imgtype.virt.libvirt import mapping as mapping_mod
+from nova_imgtype.virt.libvirt import pools as pools_mod
 from nova_imgtype.virt.libvirt import resolver as resolver_mod
 
 LOG = logging.getLogger(__name__)
@@ -59,8 +61,9 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
         except (cfg.ConfigFileValueError, ValueError) as e:
             LOG.error('Refusing to start: %s', e)
             raise
+        self._pools = pools_mod.StoragePools(self._host.get_connection)
         self.image_backend = imagebackend.Backend(
-            CONF.use_cow_images, self._resolver, CONF)
+            CONF.use_cow_images, self._resolver, CONF, pools=self._pools)
         self._update_image_type_capabilities()
         if mapping:
             LOG.info('Image backends per image format: %s; other formats '
@@ -86,6 +89,12 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
             LOG.error('Refusing to start: %s', e)
             raise
         super().init_host(host)
+        if CONF.libvirt.use_storage_pools:
+            # Found again when they exist; a conflicting definition is an
+            # error that stops nova-compute, never a silent redefinition.
+            for spec in pools_mod.default_specs(
+                    CONF.instances_path, CONF.image_cache.subdirectory_name):
+                self._pools.ensure(spec)
 
     def served_backends(self) -> list[str]:
         """Every registered backend this host can serve."""
@@ -179,8 +188,11 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                  destroy_secrets: bool = True) -> None:
         # Stock removes lvm and rbd disks only when the *host* is on lvm or
         # rbd; an instance on one of those by the mapping needs it too.
-        backend = self._resolver.backend_for(instance)
-        if cleanup_instance_disks and backend != CONF.libvirt.images_type:
+        decision = self._resolver.decision_for(instance)
+        backend = decision.backend
+        if cleanup_instance_disks and decision.storage == resolver_mod.POOLS:
+            self._delete_pool_volumes(instance)
+        elif cleanup_instance_disks and backend != CONF.libvirt.images_type:
             if backend == 'lvm':
                 self._cleanup_lvm(instance, block_device_info)
             elif backend == 'rbd':
@@ -194,8 +206,26 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                 cleanup_instance_disks=cleanup_instance_disks,
                 destroy_secrets=destroy_secrets)
 
+    def _delete_pool_volumes(self, instance: objects.Instance,
+                             suffix: str = '') -> None:
+        """Delete the instance's volumes (ending with ``suffix``)."""
+        try:
+            pool = self._pools.get(pools_mod.DISKS_POOL)
+        except exception.PoolNotFound:
+            LOG.warning('Storage pool %s is gone: no volume of the instance '
+                        'to delete', pools_mod.DISKS_POOL, instance=instance)
+            return
+        for vol in list(self._pools.volumes(pool, instance.uuid + '_')):
+            if vol.name().endswith(suffix):
+                LOG.debug('Deleting volume %s', vol.name(),
+                          instance=instance)
+                vol.delete(0)
+
     def unrescue(self, context: Any, instance: objects.Instance) -> None:
         super().unrescue(context, instance)
+        if self._resolver.decision_for(instance).storage == \
+                resolver_mod.POOLS:
+            self._delete_pool_volumes(instance, suffix='.rescue')
         if (self._resolver.backend_for(instance) == 'rbd' and
                 CONF.libvirt.images_type != 'rbd'):
             uuid = instance.uuid
@@ -283,12 +313,42 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
             raise nova_exception.InstanceFaultRollback(
                 nova_exception.MigrationPreCheckError(reason=reason))
 
+    def _refuse_on_pools(self, instance: objects.Instance,
+                         operation: str) -> None:
+        if self._resolver.decision_for(instance).storage == \
+                resolver_mod.POOLS:
+            raise exception.NotSupportedOnPools(
+                operation=operation, instance_uuid=instance.uuid)
+
+    def snapshot(self, context: Any, instance: objects.Instance,
+                 image_id: str, update_task_state: Any) -> None:
+        self._refuse_on_pools(instance, 'Snapshot')
+        super().snapshot(context, instance, image_id, update_task_state)
+
+    def check_can_live_migrate_source(self, context: Any,
+                                      instance: objects.Instance,
+                                      dest_check_data: Any,
+                                      block_device_info: Any = None) -> Any:
+        try:
+            self._refuse_on_pools(instance, 'Live migration')
+        except exception.NotSupportedOnPools as e:
+            raise nova_exception.MigrationPreCheckError(
+                reason=str(e)) from e
+        return super().check_can_live_migrate_source(
+            context, instance, dest_check_data,
+            block_device_info=block_device_info)
+
     def migrate_disk_and_power_off(self, context: Any,
                                    instance: objects.Instance, dest: str,
                                    flavor: Any, network_info: Any,
                                    block_device_info: Any = None,
                                    timeout: int = 0,
                                    retry_interval: int = 0) -> Any:
+        try:
+            self._refuse_on_pools(instance, 'Resize and cold migration')
+        except exception.NotSupportedOnPools as e:
+            raise nova_exception.InstanceFaultRollback(
+                nova_exception.MigrationPreCheckError(reason=str(e))) from e
         if (self._resolver.backend_for(instance) == 'lvm' and
                 not self._is_booted_from_volume(block_device_info)):
             reason = _('Migration is not supported for LVM backed instances')

@@ -25,7 +25,9 @@ from nova.virt.libvirt import imagebackend
 from oslo_config import cfg
 
 from nova_imgtype.virt.libvirt import backends
+from nova_imgtype.virt.libvirt import pools as pools_mod
 from nova_imgtype.virt.libvirt import resolver as resolver_mod
+from nova_imgtype.virt.libvirt import storage
 
 _SCOPED_INSTANCE: contextvars.ContextVar[objects.Instance | None] = (
     contextvars.ContextVar('nova_imgtype_scoped_instance', default=None))
@@ -40,10 +42,12 @@ class Backend(imagebackend.Backend):
     """Image backend factory resolving each instance's own backend."""
 
     def __init__(self, use_cow: bool, resolver: resolver_mod.BackendResolver,
-                 conf: cfg.ConfigOpts) -> None:
+                 conf: cfg.ConfigOpts,
+                 pools: pools_mod.StoragePools | None = None) -> None:
         super().__init__(use_cow)
         self._resolver = resolver
         self._conf = conf
+        self.pools = pools
 
     @contextlib.contextmanager
     def scope(self, instance: objects.Instance) -> Iterator[None]:
@@ -58,29 +62,37 @@ class Backend(imagebackend.Backend):
         if not image_type:
             scoped = _SCOPED_INSTANCE.get()
             if scoped is not None:
-                image_type = self._resolver.backend_for(scoped)
+                decision = self._resolver.decision_for(scoped)
+                if decision.storage == resolver_mod.POOLS:
+                    return storage.LibvirtStorage
+                image_type = decision.backend
             else:
                 image_type = self._conf.libvirt.images_type
         return backends.get_class(
             backends.resolve_name(image_type, self._conf.use_cow_images))
 
-    def _type_for(self, instance: objects.Instance, name: str,
-                  image_type: str | None) -> str:
-        base = os.path.basename(name)
-        if image_type and base.startswith(_STOCK_TYPED_DISKS):
-            return image_type
+    def _follows_instance(self, name: str, image_type: str | None) -> bool:
+        """Whether stock means "the instance's backend" for this disk."""
+        if image_type and os.path.basename(name).startswith(
+                _STOCK_TYPED_DISKS):
+            return False
         # Stock passes nothing, images_type, or the import-time default of
         # a keyword argument ('default') when it means "the instance's
         # backend"; anything else is an explicit choice kept as it is.
-        if image_type in (None, '', backends.DEFAULT,
-                          self._conf.libvirt.images_type):
-            return self._resolver.backend_for(instance)
-        return image_type
+        return image_type in (None, '', backends.DEFAULT,
+                              self._conf.libvirt.images_type)
 
     def by_name(self, instance: objects.Instance, name: str,
                 image_type: str | None = None,
                 disk_info_mapping: Any = None) -> Any:
-        image_type = self._type_for(instance, name, image_type)
+        if self._follows_instance(name, image_type):
+            decision = self._resolver.decision_for(instance)
+            if decision.storage == resolver_mod.POOLS:
+                return storage.LibvirtStorage(
+                    instance=instance, disk_name=name,
+                    disk_info_mapping=disk_info_mapping, pools=self.pools,
+                    volume_format=storage.VOLUME_FORMATS[decision.backend])
+            image_type = decision.backend
         return self.backend(image_type)(
             instance=instance, disk_name=name,
             disk_info_mapping=disk_info_mapping)

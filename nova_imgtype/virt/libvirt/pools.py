@@ -68,6 +68,19 @@ def default_specs(instances_path: str,
                                                      'disks')))
 
 
+def pool_target(pool: Pool) -> str:
+    """The target directory of a pool."""
+    return ElementTree.fromstring(pool.XMLDesc(0)).findtext(
+        'target/path') or ''
+
+
+
+def volume_format(vol: Volume) -> str:
+    """The format libvirt found for a volume (raw, qcow2, ...)."""
+    fmt = ElementTree.fromstring(vol.XMLDesc(0)).find('target/format')
+    return (fmt.get('type') if fmt is not None else None) or 'raw'
+
+
 def volume_name(instance_uuid: str, disk_name: str) -> str:
     """``{instance-uuid}_{name}``, the name of an instance's volume."""
     return '%s_%s' % (instance_uuid, disk_name)
@@ -110,8 +123,8 @@ class StoragePools:
 
     # -- pools --------------------------------------------------------------
 
-    def ensure(self, spec: PoolSpec) -> Pool:
-        """Find or create the pool, started and autostarted.
+    def ensure(self, spec: PoolSpec, autostart: bool = True) -> Pool:
+        """Find or create the pool, started (and autostarted).
 
         :raises PoolConflict: the pool exists with another type or target.
         """
@@ -129,7 +142,7 @@ class StoragePools:
             self._check_definition(pool, spec)
         if not pool.isActive():
             pool.create(0)
-        if not pool.autostart():
+        if autostart and not pool.autostart():
             pool.setAutostart(1)
         return pool
 

@@ -27,6 +27,13 @@ SYSMETA_BACKEND = 'imgtype_backend'
 #: System metadata key holding the disk formats the instance uses without
 #: conversion (comma separated; empty when its images are converted).
 SYSMETA_NATIVE = 'imgtype_native_formats'
+#: System metadata key: 'pools' when the instance's disks are libvirt
+#: storage volumes (LibvirtStorage), 'legacy' for stock image files.
+SYSMETA_STORAGE = 'imgtype_storage'
+POOLS = 'pools'
+LEGACY = 'legacy'
+#: Backends that storage pools implement (the format of their volumes).
+POOL_BACKENDS = frozenset(('raw', 'flat', 'qcow2'))
 
 
 #: Glance formats whose bytes are a raw disk: stock never converts them.
@@ -39,6 +46,7 @@ class BackendDecision:
 
     backend: str
     native_formats: tuple[str, ...] = ()
+    storage: str = LEGACY
 
     def is_native(self, disk_format: str | None) -> bool:
         return disk_format is not None and disk_format in self.native_formats
@@ -84,9 +92,14 @@ class BackendResolver:
             volume (its ephemeral and swap disks use ``images_type``).
         """
         mapped = self.mapping.get(disk_format) if disk_format else None
+        native: tuple[str, ...]
         if mapped is None:
-            return BackendDecision(self.default_backend())
-        return BackendDecision(mapped, self.mapping.formats_for(mapped))
+            backend, native = self.default_backend(), ()
+        else:
+            backend, native = mapped, self.mapping.formats_for(mapped)
+        storage = (POOLS if self._conf.libvirt.use_storage_pools and
+                   backend in POOL_BACKENDS else LEGACY)
+        return BackendDecision(backend, native, storage)
 
     def plan(self, disk_format: str) -> FormatPlan:
         """What a new instance booted from a ``disk_format`` image gets."""
@@ -127,7 +140,8 @@ class BackendResolver:
             return None
         native = sysmeta.get(SYSMETA_NATIVE) or ''
         return BackendDecision(
-            backend, tuple(f for f in native.split(',') if f))
+            backend, tuple(f for f in native.split(',') if f),
+            sysmeta.get(SYSMETA_STORAGE) or LEGACY)
 
     @staticmethod
     def record(instance: objects.Instance,
@@ -136,6 +150,7 @@ class BackendResolver:
         instance.system_metadata[SYSMETA_BACKEND] = decision.backend
         instance.system_metadata[SYSMETA_NATIVE] = ','.join(
             decision.native_formats)
+        instance.system_metadata[SYSMETA_STORAGE] = decision.storage
 
     def decision_for(self, instance: objects.Instance) -> BackendDecision:
         """The instance's decision: recorded, or stock's for legacy ones."""

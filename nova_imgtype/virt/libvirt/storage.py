@@ -1,0 +1,151 @@
+"""``LibvirtStorage``: instance disks as libvirt storage volumes.
+
+An image backend (a Nova :class:`~nova.virt.libvirt.imagebackend.Image`)
+whose disks are volumes ``{instance-uuid}_{name}`` of ``nova-disks-pool``
+and whose templates are the files of ``nova-base-images-pool`` (the image
+cache directory, unchanged). The instance's recorded backend decides the
+volume format: ``qcow2`` volumes are copy-on-write overlays with a
+``<backingStore>`` on the template; ``raw``/``flat`` volumes are
+``createXMLFrom`` copies, converted by libvirt. Guests see
+``<disk type='volume'>``.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import Any
+
+from nova import exception as nova_exception
+from nova.i18n import _
+from nova.virt.image import model as imgmodel
+from nova.virt.libvirt import imagebackend
+from oslo_config import cfg
+from oslo_log import log as logging
+from oslo_utils.imageutils import format_inspector
+
+from nova_imgtype.virt.libvirt import config
+from nova_imgtype.virt.libvirt import pools as pools_mod
+
+LOG = logging.getLogger(__name__)
+CONF = cfg.CONF
+
+#: Volume format of each file backend when it is implemented by pools.
+VOLUME_FORMATS = {'qcow2': 'qcow2', 'raw': 'raw', 'flat': 'raw'}
+
+
+class LibvirtStorage(imagebackend.Image):
+    """A disk on a libvirt storage volume.
+
+    :param pools: the host's :class:`~.pools.StoragePools`.
+    :param volume_format: ``qcow2`` (copy-on-write overlays) or ``raw``.
+    """
+
+    #: Formats used without conversion when this backend is mapped.
+    native_disk_formats = ('raw', 'qcow2')
+
+    def __init__(self, instance: Any = None, disk_name: str | None = None,
+                 path: str | None = None, disk_info_mapping: Any = None, *,
+                 pools: pools_mod.StoragePools | None = None,
+                 volume_format: str = 'qcow2') -> None:
+        if pools is None:
+            raise nova_exception.InternalError(
+                _('LibvirtStorage needs the host storage pools'))
+        self.pools = pools
+        self.volume_format = volume_format
+        self.pool_name = pools_mod.DISKS_POOL
+        if path is not None:
+            self.volume_name = os.path.basename(path)
+        else:
+            self.volume_name = pools_mod.volume_name(instance.uuid,
+                                                     str(disk_name))
+        pool = pools.get(self.pool_name)
+        target = pools_mod.pool_target(pool)
+        super().__init__(os.path.join(target, self.volume_name), 'volume',
+                         volume_format, disk_info_mapping=disk_info_mapping)
+
+    # -- the Image contract -------------------------------------------------
+
+    def _volume(self) -> Any:
+        return self.pools.find_volume(self.pools.get(self.pool_name),
+                                      self.volume_name)
+
+    def exists(self) -> bool:
+        return self._volume() is not None
+
+    def _get_driver_format(self) -> str:
+        return self.volume_format
+
+    def create_image(self, prepare_template: Any, base: str, size: Any,
+                     safe: bool = False, *args: Any, **kwargs: Any) -> None:
+        """Make the volume from the template ``base`` in the cache pool."""
+        if not os.path.exists(base):
+            prepare_template(*args, target=base, **kwargs)
+        if not CONF.workarounds.disable_deep_image_inspection and not safe:
+            try:
+                imagebackend.images.get_image_format(base).safety_check()
+            except format_inspector.SafetyCheckFailed as e:
+                LOG.warning('Base image %s failed safety check: %s', base, e)
+                raise nova_exception.InvalidDiskInfo(
+                    reason=_('Base image failed safety check')) from e
+        imagebackend._update_utime_ignore_eacces(base)
+        self.verify_base_size(base, size)
+        if self.exists():
+            return
+        # The cache gained a file libvirt has not seen yet.
+        self.pools.refresh(pools_mod.BASE_POOL)
+        cache = self.pools.get(pools_mod.BASE_POOL)
+        template = cache.storageVolLookupByName(os.path.basename(base))
+        base_format = pools_mod.volume_format(template)
+        capacity = max(size or 0, template.info()[1])
+        disks = self.pools.get(self.pool_name)
+        if self.volume_format == 'qcow2':
+            self.pools.create_cow(disks, self.volume_name, base,
+                                  base_format, capacity)
+        else:
+            self.pools.copy(disks, self.volume_name, template,
+                            self.volume_format, capacity)
+
+    def resize_image(self, size: int) -> None:
+        vol = self._volume()
+        if vol is not None and vol.info()[1] < size:
+            vol.resize(size, 0)
+
+    def snapshot_extract(self, target: str, out_format: str) -> None:
+        """Copy the disk into ``target`` through a temporary dir pool.
+
+        The temporary pool is removed on success and on failure; the file
+        written stays for the caller to upload.
+        """
+        spec = pools_mod.PoolSpec('nova-snapshot-%s' % uuid.uuid4().hex,
+                                  'dir', os.path.dirname(target))
+        pool = self.pools.ensure(spec, autostart=False)
+        try:
+            vol = self._volume()
+            self.pools.copy(pool, os.path.basename(target), vol, out_format,
+                            vol.info()[1])
+        finally:
+            pool.destroy()
+            pool.undefine()
+
+    def get_model(self, connection: Any) -> Any:
+        fmt = (imgmodel.FORMAT_QCOW2 if self.volume_format == 'qcow2'
+               else imgmodel.FORMAT_RAW)
+        return imgmodel.LocalFileImage(self.path, fmt)
+
+    def libvirt_info(self, cache_mode: str, extra_specs: Any,
+                     boot_order: Any = None, disk_unit: Any = None) -> Any:
+        stock = super().libvirt_info(cache_mode, extra_specs,
+                                     boot_order=boot_order,
+                                     disk_unit=disk_unit)
+        disk = config.LibvirtConfigGuestVolumeDisk()
+        disk.__dict__.update(stock.__dict__)
+        disk.source_type = 'volume'
+        disk.source_path = None
+        disk.source_pool = self.pool_name
+        disk.source_volume = self.volume_name
+        return disk
+
+    @staticmethod
+    def is_file_in_instance_path() -> bool:
+        return False
