@@ -30,6 +30,15 @@ objects.register_all()
 
 
 @pytest.fixture
+def no_bdms(monkeypatch):
+    """Stock's cache manager asks Nova's DB for the instances' block device
+    mappings; the real tier runs no Nova DB (and lists no instances)."""
+    monkeypatch.setattr(objects.BlockDeviceMappingList,
+                        'bdms_by_instance_uuid',
+                        classmethod(lambda cls, ctxt, uuids: {}))
+
+
+@pytest.fixture
 def pool_driver(driver, conf, libvirt_conn, libvirt_tmp_path):  # noqa: F811
     conf.config(instances_path=str(libvirt_tmp_path / 'instances'))
     drv = driver(images_type='flat', images_type_mapping='qcow2:qcow2',
@@ -146,3 +155,55 @@ def test_raw_image_is_copied_into_a_raw_volume(pool_driver, glance,  # noqa
 
 def conf_instances():
     return nova.conf.CONF.instances_path
+
+
+def test_cache_manager_keeps_templates_in_use_by_pool_volumes(
+        pool_driver, conf, no_bdms):  # noqa: F811
+    conf.config(remove_unused_base_images=True,
+                remove_unused_original_minimum_age_seconds=0,
+                remove_unused_resized_minimum_age_seconds=0,
+                group='image_cache')
+    base_dir = os.path.join(conf_instances(), '_base')
+    used = os.path.join(base_dir, nova_imagecache.get_cache_fname('a'))
+    native = used + '_qcow2'
+    unused = os.path.join(base_dir, nova_imagecache.get_cache_fname('b'))
+    for path, fmt in ((used, 'raw'), (native, 'qcow2'), (unused, 'raw')):
+        real.make_image(path, fmt, 8 * MiB)
+        os.utime(path, (1, 1))          # old enough to go
+    storage_pools = pool_driver._pools
+    storage_pools.refresh(pools.BASE_POOL)
+    disks = storage_pools.get(pools.DISKS_POOL)
+    inst = str(uuid.uuid4())
+    storage_pools.create_cow(disks, pools.volume_name(inst, 'disk'), used,
+                             'raw', 16 * MiB)
+    storage_pools.create_cow(disks, pools.volume_name(inst, 'disk.local'),
+                             native, 'qcow2', 16 * MiB)
+
+    pool_driver.manage_image_cache(nova_context.get_admin_context(), [])
+
+    assert os.path.exists(used) and os.path.exists(native)
+    assert not os.path.exists(unused)
+
+    # Once nothing uses them, they go by the same rules.
+    storage_pools.delete_instance_volumes(disks, inst)
+    pool_driver.manage_image_cache(nova_context.get_admin_context(), [])
+    assert not os.path.exists(used) and not os.path.exists(native)
+
+
+def test_cache_manager_removes_nothing_when_the_pool_cannot_be_read(
+        pool_driver, conf, no_bdms):  # noqa: F811
+    conf.config(remove_unused_base_images=True,
+                remove_unused_original_minimum_age_seconds=0,
+                group='image_cache')
+    base_dir = os.path.join(conf_instances(), '_base')
+    path = os.path.join(base_dir, nova_imagecache.get_cache_fname('c'))
+    real.make_image(path, 'raw', 8 * MiB)
+    os.utime(path, (1, 1))
+    pool_driver._pools.get(pools.DISKS_POOL).destroy()   # inactive
+    try:
+        with pytest.raises(Exception, match=pools.DISKS_POOL):
+            pool_driver.manage_image_cache(nova_context.get_admin_context(),
+                                           [])
+        assert os.path.exists(path)
+    finally:
+        pool_driver._pools.ensure(pools.default_specs(conf_instances())[1])

@@ -64,6 +64,8 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
         self._pools = pools_mod.StoragePools(self._host.get_connection)
         self.image_backend = imagebackend.Backend(
             CONF.use_cow_images, self._resolver, CONF, pools=self._pools)
+        self.image_cache_manager = imagecache.ImageCacheManager(
+            self._pool_backing_paths)
         self._update_image_type_capabilities()
         if mapping:
             LOG.info('Image backends per image format: %s; other formats '
@@ -205,6 +207,18 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                 cleanup_instance_dir=cleanup_instance_dir,
                 cleanup_instance_disks=cleanup_instance_disks,
                 destroy_secrets=destroy_secrets)
+
+    def _pool_backing_paths(self) -> set[str]:
+        """Templates in use by volumes of nova-disks-pool (none if absent).
+
+        Any other state (an inactive pool, libvirt unreachable) raises, so
+        the image cache manager removes nothing it cannot check.
+        """
+        try:
+            pool = self._pools.get(pools_mod.DISKS_POOL)
+        except exception.PoolNotFound:
+            return set()
+        return self._pools.backing_paths(pool)
 
     def _delete_pool_volumes(self, instance: objects.Instance,
                              suffix: str = '') -> None:

@@ -12,6 +12,7 @@ by it, removed by the ``[image_cache]`` rules once unused.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from nova import exception
 from nova.i18n import _
@@ -85,3 +86,31 @@ def fetch_native(context: object, target: str, image_id: str,
             images.check_vmdk_image(image_id, data)
         LOG.debug('Caching image %s in its own format %s', image_id, fmt)
         os.rename(path_tmp, target)
+
+
+class ImageCacheManager(imagecache.ImageCacheManager):
+    """Stock's image cache manager, aware of storage pool volumes.
+
+    Stock finds the templates in use by running ``qemu-img info`` on each
+    ``<instances_path>/<uuid>/disk``. Disks on ``nova-disks-pool`` are not
+    there: their templates are read from each volume's ``<backingStore>``
+    in libvirt, and a template in use by any volume or legacy disk is never
+    removed. Unused ones go by the stock ``[image_cache]`` rules.
+
+    :param pool_backing_paths: returns the template paths the pool volumes
+        are backed by; it must raise rather than answer partially, so that
+        nothing is removed when libvirt cannot be asked.
+    """
+
+    def __init__(self, pool_backing_paths: Callable[[], set[str]]) -> None:
+        super().__init__()
+        self._pool_backing_paths = pool_backing_paths
+
+    def _list_backing_images(self) -> list[str]:
+        in_use: list[str] = super()._list_backing_images()
+        for path in sorted(self._pool_backing_paths()):
+            if path not in in_use:
+                in_use.append(path)
+            if path in self.unexplained_images:
+                self.unexplained_images.remove(path)
+        return in_use
