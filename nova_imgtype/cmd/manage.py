@@ -56,6 +56,7 @@ def resolution_rows(conf: cfg.ConfigOpts) -> list[dict[str, Any]]:
             'disk_format': fmt,
             'backend': plan.backend,
             'source': 'mapping' if plan.mapped else 'images_type',
+            'storage': 'pools' if plan.storage == 'pools' else 'files',
             'converted': 'yes' if plan.converted else 'no',
             'trait': trait if reported else '-',
         })

@@ -38,6 +38,12 @@ def test_stock_backends_resolve_to_novas_classes():
     assert backends.get_class('ploop') is nova_imagebackend.Ploop
 
 
+def test_libvirt_storage_is_registered():
+    from nova_imgtype.virt.libvirt import storage
+    assert backends.get_class('libvirt_storage') is storage.LibvirtStorage
+    assert backends.native_formats('libvirt_storage') == ('raw', 'qcow2')
+
+
 def test_unknown_backend():
     with pytest.raises(exception.UnknownImageBackend, match="'nope'"):
         backends.get_class('nope')

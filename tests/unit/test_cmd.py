@@ -42,7 +42,8 @@ def test_check_json(tmp_path, capsys):
     data = json.loads(capsys.readouterr().out)
     rows = {r['disk_format']: r for r in data['formats']}
     assert rows['qcow2'] == {'disk_format': 'qcow2', 'backend': 'qcow2',
-                             'source': 'mapping', 'converted': 'no',
+                             'source': 'mapping', 'storage': 'files',
+                             'converted': 'no',
                              'trait': 'COMPUTE_IMAGE_TYPE_QCOW2'}
     assert rows['vmdk']['backend'] == 'rbd'
     assert rows['vmdk']['converted'] == 'yes'

@@ -5,6 +5,7 @@ what our override decides, the stock method it delegates to is mocked and
 the test asserts what it was called with.
 """
 
+import os
 import uuid
 from unittest import mock
 
@@ -297,3 +298,98 @@ def test_shared_block_storage_is_judged_per_instance(make_driver):
     qcow2_inst = _instance(imgtype_backend='qcow2')
     dest.image_type = 'qcow2'
     assert drv._is_shared_block_storage(qcow2_inst, dest) is False
+
+
+@pytest.fixture
+def test_pools(make_driver):
+    """Storage pools on libvirt's embedded test driver (fakelibvirt, the
+    driver's own connection, has no pool API)."""
+    import libvirt
+
+    from nova_imgtype.virt.libvirt import pools
+    conn = libvirt.open('test:///default')
+
+    def attach(drv):
+        drv._pools = drv.image_backend.pools = pools.StoragePools(
+            lambda: conn)
+        return drv
+
+    yield attach
+    for pool in conn.listAllStoragePools(0):
+        if pool.name().startswith('nova-'):
+            if pool.isActive():
+                pool.destroy()
+            pool.undefine()
+
+
+def test_init_host_ensures_the_pools(make_driver, test_pools):
+    from nova_imgtype.virt.libvirt import pools
+    drv = test_pools(make_driver(use_storage_pools=True))
+    with mock.patch.object(STOCK, 'init_host'):
+        drv.init_host('host1')
+    for name in (pools.BASE_POOL, pools.DISKS_POOL):
+        pool = drv._pools.get(name)
+        assert pool.isActive() and pool.autostart()
+    target = pools.pool_target(drv._pools.get(pools.BASE_POOL))
+    assert target == os.path.join(CONF.instances_path, '_base')
+
+
+def test_init_host_refuses_a_conflicting_pool(make_driver, test_pools,
+                                              tmp_path):
+    from nova_imgtype.virt.libvirt import pools
+    drv = test_pools(make_driver(use_storage_pools=True))
+    drv._pools.ensure(pools.PoolSpec(pools.DISKS_POOL, 'dir',
+                                     str(tmp_path / 'elsewhere')))
+    with mock.patch.object(STOCK, 'init_host'):
+        with pytest.raises(exception.PoolConflict,
+                           match=pools.DISKS_POOL):
+            drv.init_host('host1')
+
+
+def test_pool_instance_disks_are_volumes_and_go_with_it(make_driver,
+                                                        test_pools):
+    from nova_imgtype.virt.libvirt import pools
+    from nova_imgtype.virt.libvirt import storage
+    drv = test_pools(make_driver(use_storage_pools=True))
+    with mock.patch.object(STOCK, 'init_host'):
+        drv.init_host('host1')
+    inst = _instance(imgtype_backend='qcow2', imgtype_storage='pools')
+    other = _instance(imgtype_backend='qcow2', imgtype_storage='pools')
+    disk = drv.image_backend.by_name(inst, 'disk')
+    assert isinstance(disk, storage.LibvirtStorage)
+    disks = drv._pools.get(pools.DISKS_POOL)
+    for i in (inst, other):
+        for name in ('disk', 'disk.rescue'):
+            drv._pools.create_cow(disks, pools.volume_name(i.uuid, name),
+                                  '/t', 'raw', 1 << 20)
+    with mock.patch.object(STOCK, 'unrescue'):
+        drv.unrescue(None, inst)
+    assert not drv._pools.find_volume(
+        disks, pools.volume_name(inst.uuid, 'disk.rescue'))
+    assert disk.exists()
+    with mock.patch.object(STOCK, '_cleanup'):
+        drv._cleanup(None, inst, None, cleanup_instance_disks=True)
+    assert not disk.exists()
+    assert len(list(drv._pools.volumes(disks, other.uuid))) == 2
+
+
+@pytest.mark.parametrize('call', ['snapshot', 'migrate', 'live'])
+def test_pool_instances_refuse_what_is_not_supported_yet(make_driver, call):
+    drv = make_driver()
+    inst = _instance(imgtype_backend='qcow2', imgtype_storage='pools')
+    with mock.patch.object(STOCK, 'snapshot') as s, \
+            mock.patch.object(STOCK, 'migrate_disk_and_power_off') as m, \
+            mock.patch.object(STOCK, 'check_can_live_migrate_source') as lv:
+        if call == 'snapshot':
+            with pytest.raises(exception.NotSupportedOnPools,
+                               match='Snapshot'):
+                drv.snapshot(None, inst, 'img', None)
+        elif call == 'migrate':
+            with pytest.raises(nova_exception.InstanceFaultRollback):
+                drv.migrate_disk_and_power_off(None, inst, 'h2', None, None)
+        else:
+            with pytest.raises(nova_exception.MigrationPreCheckError,
+                               match=inst.uuid):
+                drv.check_can_live_migrate_source(None, inst, None)
+    for stock in (s, m, lv):
+        stock.assert_not_called()

@@ -121,3 +121,13 @@ def test_storage_pools_implement_file_backends_only(conf, resolver):
     conf.config(use_storage_pools=False, group='libvirt')
     assert resolver.decision_for(inst).storage == 'pools'  # kept for life
     assert resolver.decision_for(_instance()).storage == 'legacy'
+
+
+def test_mapping_to_libvirt_storage_means_native_on_pools(conf, resolver):
+    conf.config(images_type='flat', use_storage_pools=False,
+                images_type_mapping='qcow2:libvirt_storage, raw:flat',
+                group='libvirt')
+    d = resolver.decide('qcow2')
+    assert (d.backend, d.storage, d.is_native('qcow2')) == ('qcow2', 'pools',
+                                                            True)
+    assert resolver.decide('raw').storage == 'legacy'

@@ -34,6 +34,9 @@ POOLS = 'pools'
 LEGACY = 'legacy'
 #: Backends that storage pools implement (the format of their volumes).
 POOL_BACKENDS = frozenset(('raw', 'flat', 'qcow2'))
+#: The LibvirtStorage backend's own name: mapped, it means "this format,
+#: natively, on storage pools" whatever use_storage_pools says.
+STORAGE_BACKEND = 'libvirt_storage'
 
 
 #: Glance formats whose bytes are a raw disk: stock never converts them.
@@ -60,6 +63,7 @@ class FormatPlan:
     backend: str
     converted: bool
     mapped: bool
+    storage: str = LEGACY
 
 
 class BackendResolver:
@@ -97,6 +101,9 @@ class BackendResolver:
             backend, native = self.default_backend(), ()
         else:
             backend, native = mapped, self.mapping.formats_for(mapped)
+        if backend == STORAGE_BACKEND:
+            backend = 'qcow2' if disk_format == 'qcow2' else 'flat'
+            return BackendDecision(backend, native, POOLS)
         storage = (POOLS if self._conf.libvirt.use_storage_pools and
                    backend in POOL_BACKENDS else LEGACY)
         return BackendDecision(backend, native, storage)
@@ -112,7 +119,7 @@ class BackendResolver:
             converted = (disk_format not in RAW_FORMATS and
                          self._conf.force_raw_images)
         return FormatPlan(disk_format, decision.backend, converted,
-                          disk_format in self.mapping)
+                          disk_format in self.mapping, decision.storage)
 
     def supported_formats(self) -> set[str]:
         """Disk formats this host can boot, following the mapping.
