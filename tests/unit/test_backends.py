@@ -7,7 +7,6 @@ import nova.conf
 import pytest
 from nova import objects
 from nova.virt.libvirt import imagebackend as nova_imagebackend
-from oslo_config import fixture as config_fixture
 
 import nova_imgtype.conf  # noqa: F401
 from nova_imgtype import exception
@@ -18,15 +17,6 @@ from nova_imgtype.virt.libvirt import resolver as resolver_mod
 
 CONF = nova.conf.CONF
 objects.register_all()
-
-
-@pytest.fixture
-def conf(tmp_path):
-    fix = config_fixture.Config(CONF)
-    fix.setUp()
-    fix.config(instances_path=str(tmp_path))
-    yield fix
-    fix.cleanUp()
 
 
 def test_stock_backends_resolve_to_novas_classes():

@@ -20,7 +20,6 @@ from nova.virt import fake
 from nova.virt.libvirt import driver as stock_driver
 from nova.virt.libvirt import imagecache as nova_imagecache
 from nova.virt.libvirt import utils as libvirt_utils
-from oslo_config import fixture as config_fixture
 
 from nova_imgtype import exception
 from nova_imgtype.virt.libvirt import driver as imgtype_driver
@@ -30,15 +29,6 @@ CONF = nova.conf.CONF
 objects.register_all()
 STOCK = stock_driver.LibvirtDriver
 IMAGE_ID = '7f0b2b8e-6f0c-4d7e-9b1a-2f1f4b3c9d10'
-
-
-@pytest.fixture
-def conf(tmp_path):
-    fix = config_fixture.Config(CONF)
-    fix.setUp()
-    fix.config(instances_path=str(tmp_path), host='host1')
-    yield fix
-    fix.cleanUp()
 
 
 @pytest.fixture
@@ -301,25 +291,17 @@ def test_shared_block_storage_is_judged_per_instance(make_driver):
 
 
 @pytest.fixture
-def test_pools(make_driver):
+def test_pools(make_driver, test_conn):
     """Storage pools on libvirt's embedded test driver (fakelibvirt, the
     driver's own connection, has no pool API)."""
-    import libvirt
-
     from nova_imgtype.virt.libvirt import pools
-    conn = libvirt.open('test:///default')
 
     def attach(drv):
         drv._pools = drv.image_backend.pools = pools.StoragePools(
-            lambda: conn)
+            lambda: test_conn)
         return drv
 
-    yield attach
-    for pool in conn.listAllStoragePools(0):
-        if pool.name().startswith('nova-'):
-            if pool.isActive():
-                pool.destroy()
-            pool.undefine()
+    return attach
 
 
 def test_init_host_ensures_the_pools(make_driver, test_pools):

@@ -8,11 +8,9 @@ import os
 import shutil
 import subprocess
 
-import nova.conf
 import pytest
 from nova import exception
 from nova.virt import images
-from oslo_config import fixture as config_fixture
 
 from nova_imgtype.virt.libvirt import imagecache
 
@@ -22,14 +20,6 @@ IMAGE_ID = 'c8b1a2e4-4a8e-4d1e-9f39-6a8d4e0c1b11'
 def qemu_img(*args):
     return subprocess.run(('qemu-img',) + args, check=True,
                           capture_output=True, text=True).stdout
-
-
-@pytest.fixture
-def conf():
-    fix = config_fixture.Config(nova.conf.CONF)
-    fix.setUp()
-    yield fix
-    fix.cleanUp()
 
 
 @pytest.fixture

@@ -8,21 +8,12 @@ from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 from oslo_config import cfg
-from oslo_config import fixture as config_fixture
 
 import nova_imgtype.conf  # noqa: F401  (registers our options)
 from nova_imgtype import exception
 from nova_imgtype.virt.libvirt import mapping
 
 Invalid = exception.InvalidImagesTypeMapping
-
-
-@pytest.fixture
-def conf():
-    fix = config_fixture.Config(nova.conf.CONF)
-    fix.setUp()
-    yield fix
-    fix.cleanUp()
 
 
 # The spec's correct examples (images_type, images_type_mapping).

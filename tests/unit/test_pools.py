@@ -11,20 +11,10 @@ from nova_imgtype import exception
 from nova_imgtype.virt.libvirt import config
 from nova_imgtype.virt.libvirt import pools
 
-libvirt.registerErrorHandler(lambda ctx, err: None, None)
-
 
 @pytest.fixture
-def conn():
-    # A private test driver instance per test: no state shared.
-    c = libvirt.open('test:///default')
-    yield c
-    for pool in c.listAllStoragePools(0):
-        if pool.name().startswith('nova-'):
-            if pool.isActive():
-                pool.destroy()
-            pool.undefine()
-    c.close()
+def conn(test_conn):
+    return test_conn
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ import uuid
 import nova.conf
 import pytest
 from nova import objects
-from oslo_config import fixture as config_fixture
 
 import nova_imgtype.conf  # noqa: F401
 from nova_imgtype import exception
@@ -13,14 +12,6 @@ from nova_imgtype.virt.libvirt import resolver as resolver_mod
 
 CONF = nova.conf.CONF
 objects.register_all()
-
-
-@pytest.fixture
-def conf():
-    fix = config_fixture.Config(CONF)
-    fix.setUp()
-    yield fix
-    fix.cleanUp()
 
 
 @pytest.fixture
