@@ -61,7 +61,7 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
         except (cfg.ConfigFileValueError, ValueError) as e:
             LOG.error('Refusing to start: %s', e)
             raise
-        self._pools = pools_mod.StoragePools(self._host.get_connection)
+        self._pools = pools_mod.StoragePools(self._storage_connection)
         self.image_backend = imagebackend.Backend(
             CONF.use_cow_images, self._resolver, CONF, pools=self._pools)
         self.image_cache_manager = imagecache.ImageCacheManager(
@@ -207,6 +207,11 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                 cleanup_instance_dir=cleanup_instance_dir,
                 cleanup_instance_disks=cleanup_instance_disks,
                 destroy_secrets=destroy_secrets)
+
+    def _storage_connection(self) -> Any:
+        """The libvirt connection that storage pools are managed on: the
+        driver's own."""
+        return self._host.get_connection()
 
     def _pool_backing_paths(self) -> set[str]:
         """Templates in use by volumes of nova-disks-pool (none if absent).

@@ -1,0 +1,141 @@
+"""[libvirt]use_storage_pools in stock Nova's harness.
+
+Real: Nova's API, conductor, scheduler, placement, compute manager, our
+driver, the storage pools and volumes (on a throwaway libvirtd started for
+this module), qemu-img and every file. Fake: libvirt *domains*
+(fakelibvirt, which has no storage pool API: the driver's storage
+connection is pointed at the real daemon) and Glance (GlanceFixture with
+real image bytes).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import fixtures
+import libvirt
+import pytest
+from lxml import etree
+from nova import context as nova_context
+from nova import objects
+from nova.virt.libvirt import driver as stock_driver
+
+from nova_imgtype.virt.libvirt import pools
+from tests.functional import base
+from tests.real import fixtures as real_fixtures
+
+
+@pytest.fixture(scope='module')
+def libvirtd() -> Any:
+    daemon = real_fixtures.start_libvirtd()
+    yield daemon
+    daemon.stop()
+
+
+@pytest.fixture(autouse=True)
+def _libvirt_uri(request: Any, libvirtd: Any) -> None:
+    request.cls.libvirt_uri = libvirtd.uri
+
+
+class StoragePoolsTest(base.ImgtypeServersTestBase):
+
+    libvirt_uri: str
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.conn = libvirt.open(self.libvirt_uri)
+        self.addCleanup(self.conn.close)
+        self.addCleanup(self._remove_pools)
+        self.useFixture(fixtures.MockPatch(
+            'nova_imgtype.virt.libvirt.driver.LibvirtDriver.'
+            '_storage_connection', return_value=self.conn))
+        self.ctxt = nova_context.get_admin_context()
+        # fakelibvirt re-renders disks from its own parse (it drops
+        # pool/volume sources): keep the XML the driver generated.
+        self.guest_xml: dict[str, str] = {}
+        real = stock_driver.LibvirtDriver._get_guest_xml
+
+        def spy(drv: Any, context: Any, instance: Any, *args: Any,
+                **kwargs: Any) -> str:
+            xml: str = real(drv, context, instance, *args, **kwargs)
+            self.guest_xml[instance.uuid] = xml
+            return xml
+
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova.virt.libvirt.driver.LibvirtDriver._get_guest_xml', spy))
+
+    def _remove_pools(self) -> None:
+        for pool in self.conn.listAllStoragePools(0):
+            if pool.name().startswith('nova-'):
+                if pool.isActive():
+                    pool.destroy()
+                pool.undefine()
+
+    def _disks_pool(self) -> Any:
+        return self.conn.storagePoolLookupByName(pools.DISKS_POOL)
+
+    def _domain_disk(self, server: dict[str, Any]) -> Any:
+        """The first disk of the guest XML the driver last generated."""
+        xml = self.guest_xml[server['id']]
+        return etree.fromstring(xml).find('devices/disk')
+
+    def test_pools_next_to_legacy_compute(self) -> None:
+        self.start_compute('compute1', images_type='qcow2',
+                           flags={'libvirt': {'use_storage_pools': True}})
+        self.start_compute('compute2', images_type='qcow2')
+        # Pools were made at start, over the cache and under instances_path.
+        self.assertTrue(self._disks_pool().isActive())
+        base_pool = self.conn.storagePoolLookupByName(pools.BASE_POOL)
+        self.assertEqual(self.base_dir, pools.pool_target(base_pool))
+
+        image = self.create_image('qcow2', size_mb=4)
+        on_pools = self.boot_server(image['id'], host='compute1')
+        legacy = self.boot_server(image['id'], host='compute2')
+
+        inst = objects.Instance.get_by_uuid(
+            self.ctxt, on_pools['id'], expected_attrs=['system_metadata'])
+        self.assertEqual('pools', inst.system_metadata['imgtype_storage'])
+        vol_name = pools.volume_name(on_pools['id'], 'disk')
+        vol = self._disks_pool().storageVolLookupByName(vol_name)
+        info = base.qemu_img_info(vol.path())
+        self.assertEqual('qcow2', info['format'])
+        self.assertEqual(self.cache_path(image['id']),
+                         info['full-backing-filename'])
+        self.assertFalse(os.path.exists(self.instance_path(on_pools,
+                                                           'disk')))
+        disk = self._domain_disk(on_pools)
+        self.assertEqual('volume', disk.get('type'))
+        self.assertEqual({'pool': pools.DISKS_POOL, 'volume': vol_name},
+                         dict(disk.find('source').attrib))
+        # The legacy compute is stock: a file in the instance directory.
+        self.assertEqual('file', self._domain_disk(legacy).get('type'))
+        self.assertTrue(os.path.exists(self.instance_path(legacy, 'disk')))
+
+        # Reboots keep the volume and the volume disk.
+        with self.on_compute('compute1'):
+            self._reboot_server(on_pools)
+            self._reboot_server(on_pools, hard=True)
+        self.assertEqual('volume', self._domain_disk(on_pools).get('type'))
+        self.assertEqual(info, base.qemu_img_info(vol.path()))
+
+        # What pools cannot do yet is refused, and nothing is lost.
+        with self.on_compute('compute1'):
+            self._snapshot_server(on_pools, 'snap')
+            self._wait_for_server_parameter(
+                on_pools, {'status': 'ACTIVE',
+                           'OS-EXT-STS:task_state': None})
+        self.assertEqual([], [i for i in self.glance.detail(self.ctxt)
+                              if i['name'] == 'snap' and
+                              i['status'] == 'active'])
+        self.assertEqual(info, base.qemu_img_info(vol.path()))
+
+        # Delete leaves no volume and no file behind.
+        with self.on_compute('compute1'):
+            self._delete_server(on_pools)
+        self.assertEqual([], [v.name() for v in
+                              self._disks_pool().listAllVolumes(0)])
+        self.assertEqual([], os.listdir(os.path.join(self.instances_path,
+                                                     'disks')))
+        self.assertFalse(os.path.exists(self.instance_path(on_pools)))
+        self._delete_server(legacy)
