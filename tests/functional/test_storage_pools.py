@@ -11,6 +11,7 @@ real image bytes).
 from __future__ import annotations
 
 import os
+import subprocess
 from typing import Any
 
 import fixtures
@@ -139,3 +140,54 @@ class StoragePoolsTest(base.ImgtypeServersTestBase):
                                                      'disks')))
         self.assertFalse(os.path.exists(self.instance_path(on_pools)))
         self._delete_server(legacy)
+
+    def test_legacy_instance_moves_into_pool_on_hard_reboot(self) -> None:
+        self.start_compute('compute1', images_type='qcow2')
+        image = self.create_image('qcow2', size_mb=4)
+        server = self.boot_server(image['id'], host='compute1')
+        legacy_disk = self.instance_path(server, 'disk')
+        before = base.qemu_img_info(legacy_disk)
+        self.assertEqual('file', self._domain_disk(server).get('type'))
+
+        # The operator enables pools and restarts nova-compute, which
+        # counts the instances still on legacy files.
+        self.compute_flags['compute1'][('libvirt', 'use_storage_pools')] = (
+            True)
+        self.restart_compute_service('compute1')
+        self.assertIn('1 instance(s) on this host still use legacy image '
+                      'files', self.stdlog.logger.output)
+        self.assertIn(server['id'], self.stdlog.logger.output)
+
+        # A soft reboot changes nothing; a hard reboot moves the disk.
+        self._reboot_server(server)
+        self.assertTrue(os.path.exists(legacy_disk))
+        self._reboot_server(server, hard=True)
+
+        vol = self._disks_pool().storageVolLookupByName(
+            pools.volume_name(server['id'], 'disk'))
+        self.assertFalse(os.path.exists(legacy_disk))
+        after = base.qemu_img_info(vol.path())
+        # The same qcow2 overlay, on the same cached template, same data.
+        for key in ('format', 'virtual-size', 'full-backing-filename',
+                    'actual-size'):
+            self.assertEqual(before[key], after[key], key)
+        self.assertEqual(base.IMAGE_MARKER, self._guest_head(vol.path()))
+        inst = objects.Instance.get_by_uuid(
+            self.ctxt, server['id'], expected_attrs=['system_metadata'])
+        self.assertEqual('pools', inst.system_metadata['imgtype_storage'])
+        self.assertEqual('volume', self._domain_disk(server).get('type'))
+
+        self._delete_server(server)
+        self.assertEqual([], [v.name() for v in
+                              self._disks_pool().listAllVolumes(0)])
+        self.assertFalse(os.path.exists(self.instance_path(server)))
+
+    def _guest_head(self, path: str) -> bytes:
+        raw = path + '.head'
+        subprocess.run(['qemu-img', 'convert', '-O', 'raw', path, raw],
+                       check=True)
+        try:
+            with open(raw, 'rb') as f:
+                return f.read(len(base.IMAGE_MARKER))
+        finally:
+            os.unlink(raw)

@@ -301,7 +301,10 @@ def test_pools(make_driver, test_conn):
             lambda: test_conn)
         return drv
 
-    return attach
+    # init_host counts this host's legacy instances in Nova's DB.
+    with mock.patch.object(objects.InstanceList, 'get_by_host',
+                           return_value=[]):
+        yield attach
 
 
 def test_init_host_ensures_the_pools(make_driver, test_pools):
@@ -314,6 +317,20 @@ def test_init_host_ensures_the_pools(make_driver, test_pools):
         assert pool.isActive() and pool.autostart()
     target = pools.pool_target(drv._pools.get(pools.BASE_POOL))
     assert target == os.path.join(CONF.instances_path, '_base')
+
+
+def test_init_host_counts_legacy_instances(make_driver, test_pools,
+                                           caplog):
+    drv = test_pools(make_driver(use_storage_pools=True))
+    legacy = _instance()                                   # no record
+    on_pools = _instance(imgtype_backend='qcow2', imgtype_storage='pools')
+    on_lvm = _instance(imgtype_backend='lvm')              # pools can't
+    with mock.patch.object(STOCK, 'init_host'), \
+            mock.patch.object(objects.InstanceList, 'get_by_host',
+                              return_value=[legacy, on_pools, on_lvm]):
+        drv.init_host('host1')
+    assert '1 instance(s) on this host still use legacy' in caplog.text
+    assert legacy.uuid in caplog.text and on_lvm.uuid not in caplog.text
 
 
 def test_init_host_refuses_a_conflicting_pool(make_driver, test_pools,

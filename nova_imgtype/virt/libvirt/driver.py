@@ -12,9 +12,12 @@ for something that belongs to one instance.
 
 from __future__ import annotations
 
+import os
+import re
 from typing import Any
 
 import os_traits
+from nova import context as nova_context
 from nova import exception as nova_exception
 from nova import objects
 from nova.i18n import _
@@ -22,6 +25,7 @@ from nova.image import glance
 from nova.scheduler.client import report
 from nova.storage import rbd_utils
 from nova.virt import driver as virt_driver
+from nova.virt import images
 from nova.virt.libvirt import driver as libvirt_driver
 from nova.virt.libvirt import imagecache as nova_imagecache
 from nova.virt.libvirt import utils as libvirt_utils
@@ -43,6 +47,9 @@ CONF: cfg.ConfigOpts = nova_imgtype.conf.CONF
 #: Custom trait prefix: one trait per image backend this host can serve, so
 #: that a move can be refused before anything is touched.
 BACKEND_TRAIT_PREFIX = 'IMGTYPE_BACKEND_'
+
+#: Legacy instance disk files that move into nova-disks-pool.
+_MOVABLE_DISK = re.compile(r'^disk(\.local|\.swap|\.eph\d+)?$')
 
 
 def backend_trait(backend: str) -> str:
@@ -97,6 +104,20 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
             for spec in pools_mod.default_specs(
                     CONF.instances_path, CONF.image_cache.subdirectory_name):
                 self._pools.ensure(spec)
+            self._log_legacy_instances(host)
+
+    def _log_legacy_instances(self, host: str) -> None:
+        context = nova_context.get_admin_context()
+        legacy = [inst.uuid for inst in objects.InstanceList.get_by_host(
+                  context, host, expected_attrs=['system_metadata'])
+                  if self._can_move_to_pools(inst)]
+        if legacy:
+            LOG.warning('%d instance(s) on this host still use legacy image '
+                        'files; they move into storage pool %s on their next '
+                        'hard reboot: %s', len(legacy), pools_mod.DISKS_POOL,
+                        ', '.join(legacy))
+        else:
+            LOG.info('No instance on this host uses legacy image files')
 
     def served_backends(self) -> list[str]:
         """Every registered backend this host can serve."""
@@ -239,6 +260,69 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                 LOG.debug('Deleting volume %s', vol.name(),
                           instance=instance)
                 vol.delete(0)
+
+    # -- transition of legacy instances into pools ----------------------------
+
+    def _can_move_to_pools(self, instance: objects.Instance) -> bool:
+        decision = self._resolver.decision_for(instance)
+        return (CONF.libvirt.use_storage_pools and
+                decision.storage == resolver_mod.LEGACY and
+                decision.backend in resolver_mod.POOL_BACKENDS)
+
+    def _move_to_pools(self, instance: objects.Instance) -> None:
+        """Move a stopped legacy instance's disk files into the pool.
+
+        Renames within one filesystem (instances_path), so the data stay as
+        they are, overlays keep their absolute backing paths, and it costs
+        nothing whatever the size. A failure puts back what was moved.
+        """
+        instance_dir = libvirt_utils.get_instance_path(instance)
+        pool = self._pools.get(pools_mod.DISKS_POOL)
+        target_dir = pools_mod.pool_target(pool)
+        names = sorted(n for n in os.listdir(instance_dir)
+                       if _MOVABLE_DISK.match(n))
+        if not names:
+            return
+        fmt = images.qemu_img_info(
+            os.path.join(instance_dir, names[0])).file_format
+        moved: list[tuple[str, str]] = []
+        try:
+            for name in names:
+                dest = os.path.join(target_dir,
+                                    pools_mod.volume_name(instance.uuid,
+                                                          name))
+                if os.path.exists(dest):
+                    raise exception.VolumeExists(
+                        pool=pools_mod.DISKS_POOL, volume=os.path.basename(
+                            dest))
+                os.rename(os.path.join(instance_dir, name), dest)
+                moved.append((os.path.join(instance_dir, name), dest))
+            pool.refresh(0)
+        except Exception:
+            for src, dest in reversed(moved):
+                os.rename(dest, src)
+            raise
+        decision = self._resolver.decision_for(instance)
+        self._resolver.record(instance, resolver_mod.BackendDecision(
+            'qcow2' if fmt == 'qcow2' else 'flat', decision.native_formats,
+            resolver_mod.POOLS))
+        instance.save()
+        LOG.info('Moved disks %s into storage pool %s', ', '.join(names),
+                 pools_mod.DISKS_POOL, instance=instance)
+
+    def _hard_reboot(self, context: Any, instance: objects.Instance,
+                     network_info: Any, share_info: Any,
+                     block_device_info: Any = None,
+                     accel_info: Any = None) -> Any:
+        if self._can_move_to_pools(instance) and \
+                not self._is_booted_from_volume(block_device_info):
+            # Stop the guest before its files move; stock's own destroy
+            # that follows finds it stopped.
+            self._destroy(instance)
+            self._move_to_pools(instance)
+        return super()._hard_reboot(
+            context, instance, network_info, share_info,
+            block_device_info=block_device_info, accel_info=accel_info)
 
     def unrescue(self, context: Any, instance: objects.Instance) -> None:
         super().unrescue(context, instance)
