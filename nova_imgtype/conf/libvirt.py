@@ -64,8 +64,9 @@ choice is recorded with each instance (system metadata ``imgtype_storage``)
 and kept for its life; existing instances are not moved.
 
 Not yet supported for instances on pools (refused with a clear error):
-cold and live migration, resize, snapshot. lvm and rbd backends keep their
-legacy storage.
+cold and live migration and resize; snapshots are cold. lvm and rbd backends
+keep their legacy storage. Legacy instances move into the pool on their next
+hard reboot.
 
 Possible values:
 

@@ -120,15 +120,22 @@ class StoragePoolsTest(base.ImgtypeServersTestBase):
         self.assertEqual('volume', self._domain_disk(on_pools).get('type'))
         self.assertEqual(info, base.qemu_img_info(vol.path()))
 
-        # What pools cannot do yet is refused, and nothing is lost.
+        # Snapshot: the volume is copied through a temporary pool and
+        # uploaded as qcow2 with the image's data.
+        uploads = self.capture_uploads()
         with self.on_compute('compute1'):
             self._snapshot_server(on_pools, 'snap')
             self._wait_for_server_parameter(
                 on_pools, {'status': 'ACTIVE',
                            'OS-EXT-STS:task_state': None})
-        self.assertEqual([], [i for i in self.glance.detail(self.ctxt)
-                              if i['name'] == 'snap' and
-                              i['status'] == 'active'])
+        self.assertEqual(1, len(uploads))
+        meta, path = uploads[0]
+        self.assertEqual('qcow2', meta['disk_format'])
+        self.assertEqual('qcow2', base.qemu_img_info(path)['format'])
+        self.assertEqual(base.IMAGE_MARKER, self._guest_head(path))
+        self.assertEqual([], [p.name() for p in
+                              self.conn.listAllStoragePools(0)
+                              if p.name().startswith('nova-snapshot-')])
         self.assertEqual(info, base.qemu_img_info(vol.path()))
 
         # Delete leaves no volume and no file behind.
@@ -181,6 +188,29 @@ class StoragePoolsTest(base.ImgtypeServersTestBase):
         self.assertEqual([], [v.name() for v in
                               self._disks_pool().listAllVolumes(0)])
         self.assertFalse(os.path.exists(self.instance_path(server)))
+
+    def capture_uploads(self) -> list[tuple[dict[str, Any], str]]:
+        """Keep (metadata, file) of every image upload from now on
+        (GlanceFixture keeps no uploaded bytes)."""
+        uploads: list[tuple[dict[str, Any], str]] = []
+        real_update = self.glance.update
+        tmp = self.useFixture(fixtures.TempDir()).path
+
+        def update(context: Any, image_id: str, metadata: dict[str, Any],
+                   data: Any = None, purge_props: bool = False) -> Any:
+            if data is not None:
+                path = os.path.join(tmp, image_id)
+                with open(path, 'wb') as f:
+                    f.write(data.read())
+                uploads.append((dict(metadata), path))
+            return real_update(context, image_id, metadata,
+                               purge_props=purge_props)
+
+        self.useFixture(fixtures.MockPatchObject(self.glance, 'update',
+                                                 side_effect=update))
+        # ServersTestBase makes uploads read an empty BytesIO.
+        self.mock_file_open.side_effect = open
+        return uploads
 
     def _guest_head(self, path: str) -> bytes:
         raw = path + '.head'

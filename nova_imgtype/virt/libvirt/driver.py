@@ -20,6 +20,8 @@ import os_traits
 from nova import context as nova_context
 from nova import exception as nova_exception
 from nova import objects
+from nova import utils
+from nova.compute import task_states
 from nova.i18n import _
 from nova.image import glance
 from nova.scheduler.client import report
@@ -31,6 +33,8 @@ from nova.virt.libvirt import imagecache as nova_imagecache
 from nova.virt.libvirt import utils as libvirt_utils
 from oslo_config import cfg
 from oslo_log import log as logging
+from oslo_utils import fileutils
+from oslo_utils import uuidutils
 
 import nova_imgtype.conf
 from nova_imgtype import exception
@@ -425,8 +429,51 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
 
     def snapshot(self, context: Any, instance: objects.Instance,
                  image_id: str, update_task_state: Any) -> None:
-        self._refuse_on_pools(instance, 'Snapshot')
-        super().snapshot(context, instance, image_id, update_task_state)
+        if self._resolver.decision_for(instance).storage != \
+                resolver_mod.POOLS:
+            return super().snapshot(context, instance, image_id,
+                                    update_task_state)
+        self._snapshot_from_pool(context, instance, image_id,
+                                 update_task_state)
+
+    def _snapshot_from_pool(self, context: Any, instance: objects.Instance,
+                            image_id: str, update_task_state: Any) -> None:
+        """Cold snapshot of a disk on a volume.
+
+        Stock's snapshot finds the root disk by the path in the guest XML,
+        which a ``<disk type='volume'>`` does not have. Here the root disk
+        is the instance's volume; it is copied with ``createXMLFrom`` into a
+        temporary pool (LibvirtStorage.snapshot_extract) while the guest is
+        suspended as stock's cold snapshot does, then uploaded.
+        """
+        guest = self._host.get_guest(instance)
+        snapshot = self._image_api.get(context, image_id)
+        root_disk = self.image_backend.by_name(instance, 'disk')
+        image_format = (CONF.libvirt.snapshot_image_format or
+                        root_disk.volume_format)
+        metadata = self._create_snapshot_metadata(
+            instance.image_meta, instance, image_format, snapshot['name'])
+        power_state = guest.get_power_state(self._host)
+        self._suspend_guest_for_snapshot(context, False, power_state,
+                                         instance)
+        LOG.info('Beginning cold snapshot of volume %s',
+                 root_disk.volume_name, instance=instance)
+        update_task_state(task_state=task_states.IMAGE_PENDING_UPLOAD)
+        fileutils.ensure_tree(CONF.libvirt.snapshots_directory)
+        with utils.tempdir(dir=CONF.libvirt.snapshots_directory) as tmpdir:
+            out_path = os.path.join(tmpdir, uuidutils.generate_uuid(
+                dashed=False))
+            try:
+                root_disk.snapshot_extract(out_path, image_format)
+            finally:
+                self._resume_guest_after_snapshot(
+                    context, False, power_state, instance, guest)
+            update_task_state(task_state=task_states.IMAGE_UPLOADING,
+                              expected_state=task_states.IMAGE_PENDING_UPLOAD)
+            with libvirt_utils.file_open(out_path, 'rb') as image_file:
+                self._image_api.update(context, image_id, metadata,
+                                       image_file)
+        LOG.info('Snapshot image upload complete', instance=instance)
 
     def check_can_live_migrate_source(self, context: Any,
                                       instance: objects.Instance,
