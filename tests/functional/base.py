@@ -391,3 +391,38 @@ class ImgtypeServersTestBase(libvirt_base.ServersTestBase):
         """Stock Nova's cached base file of an image (sha1 of its id)."""
         return os.path.join(self.base_dir,
                             imagecache.get_cache_fname(image_id))
+
+    # -- uploads ------------------------------------------------------------
+
+    def capture_uploads(self) -> list[tuple[dict[str, Any], str]]:
+        """Keep (metadata, file) of every image upload from now on."""
+        uploads: list[tuple[dict[str, Any], str]] = []
+        real_update = self.glance.update
+        tmp = self.useFixture(fixtures.TempDir()).path
+
+        def update(context: Any, image_id: str, metadata: dict[str, Any],
+                   data: Any = None, purge_props: bool = False) -> Any:
+            if data is not None:
+                path = os.path.join(tmp, image_id)
+                with open(path, 'wb') as f:
+                    f.write(data.read())
+                uploads.append((dict(metadata), path))
+            return real_update(context, image_id, metadata,
+                               purge_props=purge_props)
+
+        self.useFixture(fixtures.MockPatchObject(self.glance, 'update',
+                                                 side_effect=update))
+        # ServersTestBase makes snapshot uploads read an empty BytesIO.
+        self.mock_file_open.side_effect = open
+        return uploads
+
+    def guest_head(self, path: str) -> bytes:
+        """The first guest bytes of an image, whatever its format."""
+        raw = path + '.head.raw'
+        subprocess.run(['qemu-img', 'convert', '-O', 'raw', path, raw],
+                       check=True)
+        try:
+            with open(raw, 'rb') as f:
+                return f.read(len(IMAGE_MARKER))
+        finally:
+            os.unlink(raw)

@@ -11,7 +11,6 @@ instances_path on one machine, which is what stock's
 from __future__ import annotations
 
 import os
-import subprocess
 from typing import Any
 
 import fixtures
@@ -38,8 +37,6 @@ class ImagesTypeMappingTest(base.ImgtypeServersTestBase):
             'nova.virt.libvirt.driver.LibvirtDriver._is_path_shared_with',
             return_value=True))
         self.ctxt = nova_context.get_admin_context()
-        # ServersTestBase makes snapshot uploads read an empty BytesIO.
-        self.mock_file_open.side_effect = open
 
     def sysmeta(self, server: dict[str, Any]) -> dict[str, str]:
         inst = objects.Instance.get_by_uuid(
@@ -170,34 +167,3 @@ class ImagesTypeMappingTest(base.ImgtypeServersTestBase):
         self.assertEqual([], [d for d in os.listdir(self.instances_path)
                               if d not in ('_base', 'locks', 'snapshots',
                                            'compute_id')])
-
-    def capture_uploads(self) -> list[tuple[dict[str, Any], str]]:
-        """Keep (metadata, file) of every image upload from now on."""
-        uploads: list[tuple[dict[str, Any], str]] = []
-        real_update = self.glance.update
-        tmp = self.useFixture(fixtures.TempDir()).path
-
-        def update(context: Any, image_id: str, metadata: dict[str, Any],
-                   data: Any = None, purge_props: bool = False) -> Any:
-            if data is not None:
-                path = os.path.join(tmp, image_id)
-                with open(path, 'wb') as f:
-                    f.write(data.read())
-                uploads.append((dict(metadata), path))
-            return real_update(context, image_id, metadata,
-                               purge_props=purge_props)
-
-        self.useFixture(fixtures.MockPatchObject(self.glance, 'update',
-                                                 side_effect=update))
-        return uploads
-
-    def guest_head(self, path: str) -> bytes:
-        """The first guest bytes of an image, whatever its format."""
-        raw = path + '.head.raw'
-        subprocess.run(['qemu-img', 'convert', '-O', 'raw', path, raw],
-                       check=True)
-        try:
-            with open(raw, 'rb') as f:
-                return f.read(len(base.IMAGE_MARKER))
-        finally:
-            os.unlink(raw)

@@ -11,7 +11,6 @@ real image bytes).
 from __future__ import annotations
 
 import os
-import subprocess
 from typing import Any
 
 import fixtures
@@ -132,7 +131,7 @@ class StoragePoolsTest(base.ImgtypeServersTestBase):
         meta, path = uploads[0]
         self.assertEqual('qcow2', meta['disk_format'])
         self.assertEqual('qcow2', base.qemu_img_info(path)['format'])
-        self.assertEqual(base.IMAGE_MARKER, self._guest_head(path))
+        self.assertEqual(base.IMAGE_MARKER, self.guest_head(path))
         self.assertEqual([], [p.name() for p in
                               self.conn.listAllStoragePools(0)
                               if p.name().startswith('nova-snapshot-')])
@@ -178,7 +177,7 @@ class StoragePoolsTest(base.ImgtypeServersTestBase):
         for key in ('format', 'virtual-size', 'full-backing-filename',
                     'actual-size'):
             self.assertEqual(before[key], after[key], key)
-        self.assertEqual(base.IMAGE_MARKER, self._guest_head(vol.path()))
+        self.assertEqual(base.IMAGE_MARKER, self.guest_head(vol.path()))
         inst = objects.Instance.get_by_uuid(
             self.ctxt, server['id'], expected_attrs=['system_metadata'])
         self.assertEqual('pools', inst.system_metadata['imgtype_storage'])
@@ -188,36 +187,3 @@ class StoragePoolsTest(base.ImgtypeServersTestBase):
         self.assertEqual([], [v.name() for v in
                               self._disks_pool().listAllVolumes(0)])
         self.assertFalse(os.path.exists(self.instance_path(server)))
-
-    def capture_uploads(self) -> list[tuple[dict[str, Any], str]]:
-        """Keep (metadata, file) of every image upload from now on
-        (GlanceFixture keeps no uploaded bytes)."""
-        uploads: list[tuple[dict[str, Any], str]] = []
-        real_update = self.glance.update
-        tmp = self.useFixture(fixtures.TempDir()).path
-
-        def update(context: Any, image_id: str, metadata: dict[str, Any],
-                   data: Any = None, purge_props: bool = False) -> Any:
-            if data is not None:
-                path = os.path.join(tmp, image_id)
-                with open(path, 'wb') as f:
-                    f.write(data.read())
-                uploads.append((dict(metadata), path))
-            return real_update(context, image_id, metadata,
-                               purge_props=purge_props)
-
-        self.useFixture(fixtures.MockPatchObject(self.glance, 'update',
-                                                 side_effect=update))
-        # ServersTestBase makes uploads read an empty BytesIO.
-        self.mock_file_open.side_effect = open
-        return uploads
-
-    def _guest_head(self, path: str) -> bytes:
-        raw = path + '.head'
-        subprocess.run(['qemu-img', 'convert', '-O', 'raw', path, raw],
-                       check=True)
-        try:
-            with open(raw, 'rb') as f:
-                return f.read(len(base.IMAGE_MARKER))
-        finally:
-            os.unlink(raw)
