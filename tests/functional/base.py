@@ -394,6 +394,19 @@ class ImgtypeServersTestBase(libvirt_base.ServersTestBase):
 
     # -- uploads ------------------------------------------------------------
 
+    def snapshot_and_wait(self, server: dict[str, Any], name: str) -> None:
+        """Snapshot and wait for the compute's snapshot.end notification.
+
+        Not by polling the API: the harness's one SQLite connection is shared
+        by the API and the compute's snapshot thread, and polling while the
+        snapshot saves its task states can lose one of those writes.
+        """
+        self._snapshot_server(server, name)
+        self.notifier.wait_for_versioned_notifications(
+            'instance.snapshot.end')
+        self._wait_for_server_parameter(
+            server, {'status': 'ACTIVE', 'OS-EXT-STS:task_state': None})
+
     def capture_uploads(self) -> list[tuple[dict[str, Any], str]]:
         """Keep (metadata, file) of every image upload from now on."""
         uploads: list[tuple[dict[str, Any], str]] = []

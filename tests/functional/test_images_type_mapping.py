@@ -126,9 +126,7 @@ class ImagesTypeMappingTest(base.ImgtypeServersTestBase):
         # with the image's data (GlanceFixture keeps no uploaded bytes, so
         # the upload is captured on its way).
         uploads = self.capture_uploads()
-        self._snapshot_server(native, 'snap-native')
-        self._wait_for_server_parameter(
-            native, {'OS-EXT-STS:task_state': None})
+        self.snapshot_and_wait(native, 'snap-native')
         self.assertEqual(1, len(uploads))
         meta, path = uploads[0]
         self.assertEqual('qcow2', meta['disk_format'])

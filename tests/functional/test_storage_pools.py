@@ -123,10 +123,7 @@ class StoragePoolsTest(base.ImgtypeServersTestBase):
         # uploaded as qcow2 with the image's data.
         uploads = self.capture_uploads()
         with self.on_compute('compute1'):
-            self._snapshot_server(on_pools, 'snap')
-            self._wait_for_server_parameter(
-                on_pools, {'status': 'ACTIVE',
-                           'OS-EXT-STS:task_state': None})
+            self.snapshot_and_wait(on_pools, 'snap')
         self.assertEqual(1, len(uploads))
         meta, path = uploads[0]
         self.assertEqual('qcow2', meta['disk_format'])
