@@ -1,6 +1,6 @@
 """pytest set-up for the functional tier (stock Nova's functional harness).
 
-Three things stock Nova 34 from PyPI needs before its functional test base
+What stock Nova 34 from PyPI needs before its functional test base
 classes run under pytest:
 
 * eventlet monkey patching before anything else of Nova is imported, as
@@ -28,11 +28,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from nova import monkey_patch
-
-monkey_patch.patch()
-
-import pytest  # noqa: E402
+import pytest
 
 _PASTE = os.path.join(sys.prefix, 'etc', 'nova', 'api-paste.ini')
 if os.path.exists(_PASTE):
