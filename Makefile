@@ -11,7 +11,7 @@ PIP := $(PY) -m pip
 PIP_INSTALL := $(PIP) install -q --disable-pip-version-check -c constraints.txt
 PYTEST_ARGS ?=
 
-.PHONY: all demo test unit functional real pep8 genconfig venv clean
+.PHONY: all demo test unit functional real bench pep8 genconfig venv clean
 
 all: test
 
@@ -54,8 +54,11 @@ demo: venv
 	$(VENV)/bin/nova-imgtype check --config-file etc/demo/nova-compute.conf
 
 
+bench: venv
+	$(PY) -m benchmarks
+
 pep8: venv
-	$(VENV)/bin/ruff check nova_imgtype nova tests
+	$(VENV)/bin/ruff check nova_imgtype nova tests benchmarks
 	$(VENV)/bin/mypy nova_imgtype
 
 genconfig: venv

@@ -109,3 +109,18 @@ def test_volume_disk_xml_round_trips():
     parsed.parse_dom(xml)
     assert (parsed.source_pool, parsed.source_volume) == (pools.DISKS_POOL,
                                                           'u_disk')
+
+
+@pytest.mark.parametrize('preallocate,expected', [(False, 0),
+                                                  (True, 1 << 30)])
+def test_copies_are_sparse_unless_preallocated(sp, tmp_path, preallocate,
+                                               expected):
+    """libvirt allocates a volume's whole capacity up front unless its XML
+    says otherwise (a 10 GiB copy then needs 10 GiB free at once)."""
+    _, disks = pools.default_specs(str(tmp_path))
+    pool = sp.ensure(disks)
+    src = sp.create_cow(pool, 'src', '/t', 'raw', 1 << 20)
+    vol = sp.copy(pool, 'copy', src, 'raw', 1 << 30,
+                  preallocate=preallocate)
+    xml = etree.fromstring(vol.XMLDesc(0))
+    assert int(xml.findtext('allocation')) == expected

@@ -87,11 +87,16 @@ def volume_name(instance_uuid: str, disk_name: str) -> str:
 
 
 def _volume_xml(name: str, fmt: str, capacity: int,
-                backing: tuple[str, str] | None = None) -> str:
+                backing: tuple[str, str] | None = None,
+                preallocate: bool = False) -> str:
     vol = ElementTree.Element('volume')
     ElementTree.SubElement(vol, 'name').text = name
     ElementTree.SubElement(vol, 'capacity', unit='bytes').text = str(
         capacity)
+    # Without <allocation>, libvirt allocates the whole capacity up front;
+    # stock Nova's disks are sparse unless preallocate_images = space.
+    ElementTree.SubElement(vol, 'allocation', unit='bytes').text = str(
+        capacity if preallocate else 0)
     target = ElementTree.SubElement(vol, 'target')
     ElementTree.SubElement(target, 'format', type=fmt)
     if fmt == 'qcow2':
@@ -214,13 +219,14 @@ class StoragePools:
         return self._create(pool, name, lambda: pool.createXML(xml, 0))
 
     def copy(self, pool: Pool, name: str, source: Volume, fmt: str,
-             capacity: int) -> Volume:
+             capacity: int, preallocate: bool = False) -> Volume:
         """A full copy of ``source`` in format ``fmt``, grown to capacity.
 
         ``createXMLFrom`` converts between formats; libvirt ignores a larger
-        capacity for some targets, so the copy is resized afterwards.
+        capacity for some targets, so the copy is resized afterwards. The
+        copy is sparse unless ``preallocate``.
         """
-        xml = _volume_xml(name, fmt, capacity)
+        xml = _volume_xml(name, fmt, capacity, preallocate=preallocate)
         vol = self._create(pool, name,
                            lambda: pool.createXMLFrom(xml, source, 0))
         if vol.info()[1] < capacity:

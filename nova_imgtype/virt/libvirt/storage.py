@@ -22,6 +22,7 @@ from nova.virt.image import model as imgmodel
 from nova.virt.libvirt import imagebackend
 from oslo_config import cfg
 from oslo_log import log as logging
+from oslo_utils import strutils
 from oslo_utils.imageutils import format_inspector
 
 from nova_imgtype.virt.libvirt import config
@@ -63,6 +64,9 @@ class LibvirtStorage(imagebackend.Image):
         target = pools_mod.pool_target(pool)
         super().__init__(os.path.join(target, self.volume_name), 'volume',
                          volume_format, disk_info_mapping=disk_info_mapping)
+        # As stock's file backends: [DEFAULT]preallocate_images = space.
+        self.preallocate = (
+            strutils.to_slug(CONF.preallocate_images) == 'space')
 
     # -- the Image contract -------------------------------------------------
 
@@ -104,7 +108,8 @@ class LibvirtStorage(imagebackend.Image):
                                   base_format, capacity)
         else:
             self.pools.copy(disks, self.volume_name, template,
-                            self.volume_format, capacity)
+                            self.volume_format, capacity,
+                            preallocate=self.preallocate)
 
     def resize_image(self, size: int) -> None:
         vol = self._volume()
