@@ -114,11 +114,32 @@ def test_storage_pools_implement_file_backends_only(conf, resolver):
     assert resolver.decision_for(_instance()).storage == 'legacy'
 
 
+def test_pool_instance_needs_a_host_with_pools(conf, resolver):
+    inst = _instance(imgtype_backend='qcow2', imgtype_storage='pools')
+    conf.config(use_storage_pools=False, group='libvirt')
+    with pytest.raises(exception.BackendNotServedByHost,
+                       match='use_storage_pools is off'):
+        resolver.ensure_served(inst, 'host2')
+    conf.config(use_storage_pools=True, group='libvirt')
+    resolver.ensure_served(inst, 'host2')
+
+
+def test_mapping_to_libvirt_storage_needs_pools_on(conf, resolver):
+    conf.config(images_type_mapping='qcow2:libvirt_storage',
+                use_storage_pools=False, group='libvirt')
+    with pytest.raises(exception.InvalidImagesTypeMapping,
+                       match="'qcow2:libvirt_storage'.*use_storage_pools"):
+        resolver.check_host()
+
+
 def test_mapping_to_libvirt_storage_means_native_on_pools(conf, resolver):
-    conf.config(images_type='flat', use_storage_pools=False,
+    conf.config(images_type='flat', use_storage_pools=True,
                 images_type_mapping='qcow2:libvirt_storage, raw:flat',
                 group='libvirt')
     d = resolver.decide('qcow2')
     assert (d.backend, d.storage, d.is_native('qcow2')) == ('qcow2', 'pools',
                                                             True)
-    assert resolver.decide('raw').storage == 'legacy'
+    # Unmapped formats: images_type's backend (on pools too), converted.
+    d = resolver.decide('vmdk')
+    assert (d.backend, d.storage, d.is_native('vmdk')) == ('flat', 'pools',
+                                                           False)

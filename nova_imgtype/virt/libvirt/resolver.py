@@ -180,6 +180,9 @@ class BackendResolver:
         try:
             reason = backends.host_support_error(decision.backend,
                                                  self._conf)
+            if not reason and decision.storage == POOLS:
+                reason = backends.host_support_error(STORAGE_BACKEND,
+                                                     self._conf)
         except exception.UnknownImageBackend as e:
             reason = str(e)
         if reason:

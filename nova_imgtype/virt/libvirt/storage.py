@@ -45,6 +45,13 @@ class LibvirtStorage(imagebackend.Image):
     #: Formats used without conversion when this backend is mapped.
     native_disk_formats = ('raw', 'qcow2')
 
+    @classmethod
+    def host_support_error(cls, conf: cfg.ConfigOpts) -> str | None:
+        """Pools exist only where ``[libvirt]use_storage_pools`` is on."""
+        if not conf.libvirt.use_storage_pools:
+            return '[libvirt]use_storage_pools is off'
+        return None
+
     def __init__(self, instance: Any = None, disk_name: str | None = None,
                  path: str | None = None, disk_info_mapping: Any = None, *,
                  pools: pools_mod.StoragePools | None = None,
