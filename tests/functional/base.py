@@ -408,7 +408,11 @@ class ImgtypeServersTestBase(libvirt_base.ServersTestBase):
             server, {'status': 'ACTIVE', 'OS-EXT-STS:task_state': None})
 
     def capture_uploads(self) -> list[tuple[dict[str, Any], str]]:
-        """Keep (metadata, file) of every image upload from now on."""
+        """Keep (metadata, file) of every image upload from now on.
+
+        The uploaded bytes are also served by the fixture's ``download``
+        afterwards (unshelve reads the shelve snapshot).
+        """
         uploads: list[tuple[dict[str, Any], str]] = []
         real_update = self.glance.update
         tmp = self.useFixture(fixtures.TempDir()).path
@@ -417,9 +421,13 @@ class ImgtypeServersTestBase(libvirt_base.ServersTestBase):
                    data: Any = None, purge_props: bool = False) -> Any:
             if data is not None:
                 path = os.path.join(tmp, image_id)
+                content = data.read()
                 with open(path, 'wb') as f:
-                    f.write(data.read())
+                    f.write(content)
                 uploads.append((dict(metadata), path))
+                # GlanceFixture.update drops the bytes; keep them where its
+                # download reads, so a shelved server can be unshelved.
+                self.glance._imagedata[image_id] = content
             return real_update(context, image_id, metadata,
                                purge_props=purge_props)
 

@@ -184,3 +184,147 @@ class StoragePoolsTest(base.ImgtypeServersTestBase):
         self.assertEqual([], [v.name() for v in
                               self._disks_pool().listAllVolumes(0)])
         self.assertFalse(os.path.exists(self.instance_path(server)))
+
+    # -- resize, cold migration, unshelve ------------------------------------
+
+    def _volume_info(self, server: dict[str, Any],
+                     name: str = 'disk') -> dict[str, Any]:
+        vol = self._disks_pool().storageVolLookupByName(
+            pools.volume_name(server['id'], name))
+        return base.qemu_img_info(vol.path())
+
+    def _instance_volumes(self, server: dict[str, Any]) -> list[str]:
+        pool = self._disks_pool()
+        pool.refresh(0)
+        return sorted(v.name() for v in pool.listAllVolumes(0)
+                      if v.name().startswith(server['id']))
+
+    def _storage(self, server: dict[str, Any]) -> str:
+        inst = objects.Instance.get_by_uuid(
+            self.ctxt, server['id'], expected_attrs=['system_metadata'])
+        storage: str = inst.system_metadata['imgtype_storage']
+        return storage
+
+    def test_resize_revert_confirm_and_cold_migrate_on_pools(self) -> None:
+        self.flags(allow_resize_to_same_host=True)
+        pools_on = {'libvirt': {'use_storage_pools': True}}
+        self.start_compute('compute1', images_type='qcow2', flags=pools_on)
+        image = self.create_image('qcow2', size_mb=4)
+        server = self.boot_server(image['id'], host='compute1')
+        before = self._volume_info(server)
+        self.assertEqual(1024 ** 3, before['virtual-size'])
+        disk = pools.volume_name(server['id'], 'disk')
+
+        # Resize (same host) grows the volume; the original waits in
+        # <instance>_resize for a revert.
+        with self.on_compute('compute1'):
+            server = self._resize_server(server, '2')
+        grown = self._volume_info(server)
+        self.assertEqual(20 * 1024 ** 3, grown['virtual-size'])
+        self.assertEqual(before['full-backing-filename'],
+                         grown['full-backing-filename'])
+        self.assertEqual(base.IMAGE_MARKER, self.guest_head(
+            self._disks_pool().storageVolLookupByName(disk).path()))
+        backup = os.path.join(self.instance_path(server) + '_resize', disk)
+        self.assertEqual(1024 ** 3,
+                         base.qemu_img_info(backup)['virtual-size'])
+        self.assertEqual('volume', self._domain_disk(server).get('type'))
+
+        # Revert: the original volume is back, the grown copy is gone.
+        with self.on_compute('compute1'):
+            server = self._revert_resize(server)
+        self.assertEqual(before, self._volume_info(server))
+        self.assertFalse(os.path.exists(self.instance_path(server) +
+                                        '_resize'))
+        self.assertEqual([disk], self._instance_volumes(server))
+
+        # Resize again and confirm: the grown volume stays, the backup goes.
+        with self.on_compute('compute1'):
+            server = self._resize_server(server, '2')
+            server = self._confirm_resize(server)
+        self.assertEqual(20 * 1024 ** 3,
+                         self._volume_info(server)['virtual-size'])
+        self.assertFalse(os.path.exists(self.instance_path(server) +
+                                        '_resize'))
+        self.assertEqual([disk], self._instance_volumes(server))
+
+        # Cold migration to another pools compute (the harness's computes
+        # share instances_path, as computes on shared storage do).
+        self.start_compute('compute2', images_type='qcow2', flags=pools_on)
+        with self.on_compute('compute2'):
+            server = self._migrate_server(server, host='compute2',
+                                          api=self.admin_api)
+            server = self._confirm_resize(server)
+        self.assertEqual('compute2', server['OS-EXT-SRV-ATTR:host'])
+        after = self._volume_info(server)
+        self.assertEqual(20 * 1024 ** 3, after['virtual-size'])
+        self.assertEqual(before['full-backing-filename'],
+                         after['full-backing-filename'])
+        self.assertEqual('volume', self._domain_disk(server).get('type'))
+        self.assertEqual('pools', self._storage(server))
+
+        with self.on_compute('compute2'):
+            self._delete_server(server)
+        self.assertEqual([], self._instance_volumes(server))
+        self.assertEqual([], os.listdir(os.path.join(self.instances_path,
+                                                     'disks')))
+        self.assertFalse(os.path.exists(self.instance_path(server)))
+
+    def test_legacy_instances_move_on_resize_and_unshelve(self) -> None:
+        self.flags(allow_resize_to_same_host=True)
+        self.flags(shelved_offload_time=0)
+        self.start_compute('compute1', images_type='qcow2')
+        image = self.create_image('qcow2', size_mb=4)
+        resized = self.boot_server(image['id'], host='compute1')
+        shelved = self.boot_server(image['id'], host='compute1')
+        legacy_disk = self.instance_path(resized, 'disk')
+        before = base.qemu_img_info(legacy_disk)
+        uploads = self.capture_uploads()
+        shelved = self._shelve_server(shelved)
+        self.assertEqual(1, len(uploads))
+
+        self.compute_flags['compute1'][('libvirt', 'use_storage_pools')] = (
+            True)
+        self.restart_compute_service('compute1')
+        self.assertIn('1 instance(s) on this host still use legacy image '
+                      'files', self.stdlog.logger.output)
+
+        # Resize moves the legacy disk into the pool before the guest starts.
+        resized = self._resize_server(resized, '2')
+        self.assertEqual('pools', self._storage(resized))
+        self.assertFalse(os.path.exists(legacy_disk))
+        moved = self._volume_info(resized)
+        self.assertEqual(20 * 1024 ** 3, moved['virtual-size'])
+        self.assertEqual(before['full-backing-filename'],
+                         moved['full-backing-filename'])
+        self.assertEqual('volume', self._domain_disk(resized).get('type'))
+
+        # Revert gives back the legacy file, untouched, and no volume.
+        resized = self._revert_resize(resized)
+        self.assertEqual('legacy', self._storage(resized))
+        self.assertEqual([], self._instance_volumes(resized))
+        self.assertEqual(before, base.qemu_img_info(legacy_disk))
+        self.assertEqual('file', self._domain_disk(resized).get('type'))
+
+        # Resize and confirm: on the pool for good, the file is gone.
+        resized = self._resize_server(resized, '2')
+        resized = self._confirm_resize(resized)
+        self.assertEqual('pools', self._storage(resized))
+        self.assertFalse(os.path.exists(legacy_disk))
+        self.assertEqual(base.IMAGE_MARKER, self.guest_head(
+            self._disks_pool().storageVolLookupByName(
+                pools.volume_name(resized['id'], 'disk')).path()))
+
+        # Unshelve makes the disk anew from the shelve snapshot: a volume.
+        shelved = self._unshelve_server(shelved)
+        self.assertEqual('pools', self._storage(shelved))
+        self.assertEqual([pools.volume_name(shelved['id'], 'disk')],
+                         self._instance_volumes(shelved))
+        self.assertEqual('volume', self._domain_disk(shelved).get('type'))
+        self.assertEqual(base.IMAGE_MARKER, self.guest_head(
+            self._disks_pool().storageVolLookupByName(
+                pools.volume_name(shelved['id'], 'disk')).path()))
+
+        for server in (resized, shelved):
+            self._delete_server(server)
+            self.assertEqual([], self._instance_volumes(server))

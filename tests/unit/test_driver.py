@@ -15,6 +15,7 @@ import pytest
 from nova import exception as nova_exception
 from nova import objects
 from nova.compute import provider_tree
+from nova.compute import vm_states
 from nova.tests import fixtures as nova_fixtures
 from nova.virt import fake
 from nova.virt.libvirt import driver as stock_driver
@@ -44,9 +45,10 @@ def make_driver(conf):
     fix.cleanUp()
 
 
-def _instance(**sysmeta):
+def _instance(vm_state=vm_states.ACTIVE, **sysmeta):
     inst = objects.Instance(uuid=str(uuid.uuid4()), system_metadata=sysmeta,
                             image_ref=IMAGE_ID, task_state=None,
+                            vm_state=vm_state,
                             migration_context=objects.MigrationContext(
                                 migration_id=7))
     inst.save = mock.Mock()
@@ -372,19 +374,52 @@ def test_pool_instance_disks_are_volumes_and_go_with_it(make_driver,
     assert len(list(drv._pools.volumes(disks, other.uuid))) == 2
 
 
-@pytest.mark.parametrize('call', ['migrate', 'live'])
-def test_pool_instances_refuse_what_is_not_supported_yet(make_driver, call):
+def test_pool_instances_refuse_live_migration(make_driver):
     drv = make_driver()
     inst = _instance(imgtype_backend='qcow2', imgtype_storage='pools')
-    with mock.patch.object(STOCK, 'snapshot') as s, \
-            mock.patch.object(STOCK, 'migrate_disk_and_power_off') as m, \
-            mock.patch.object(STOCK, 'check_can_live_migrate_source') as lv:
-        if call == 'migrate':
-            with pytest.raises(nova_exception.InstanceFaultRollback):
-                drv.migrate_disk_and_power_off(None, inst, 'h2', None, None)
-        else:
-            with pytest.raises(nova_exception.MigrationPreCheckError,
-                               match=inst.uuid):
-                drv.check_can_live_migrate_source(None, inst, None)
-    for stock in (s, m, lv):
-        stock.assert_not_called()
+    with mock.patch.object(STOCK, 'check_can_live_migrate_source') as lv:
+        with pytest.raises(nova_exception.MigrationPreCheckError,
+                           match=inst.uuid):
+            drv.check_can_live_migrate_source(None, inst, None)
+    lv.assert_not_called()
+
+
+def test_pool_instance_cold_move_needs_pools_on_destination(make_driver,
+                                                            compute_node):
+    drv = make_driver(images_type='qcow2')
+    inst = _instance(imgtype_backend='qcow2', imgtype_storage='pools')
+    with _placement_traits('CUSTOM_IMGTYPE_BACKEND_QCOW2'), \
+            mock.patch.object(drv, 'power_off') as power_off:
+        with pytest.raises(nova_exception.InstanceFaultRollback) as e:
+            drv.migrate_disk_and_power_off(None, inst, '192.0.2.2', None, None)
+    power_off.assert_not_called()
+    assert 'libvirt_storage' in str(e.value.inner_exception)
+
+
+@pytest.mark.parametrize('pools_on,recorded,expected', [
+    (True, 'legacy', 'pools'),      # transition: new disks go to the pool
+    (False, 'pools', 'legacy'),     # a host without pools makes files
+    (True, 'pools', 'pools'),
+])
+def test_unshelve_makes_disks_where_the_host_keeps_them(
+        make_driver, pools_on, recorded, expected):
+    drv = make_driver(images_type='qcow2', use_storage_pools=pools_on)
+    inst = _instance(vm_state=vm_states.SHELVED_OFFLOADED,
+                     imgtype_backend='qcow2', imgtype_native_formats='qcow2',
+                     imgtype_storage=recorded)
+    meta = objects.ImageMeta.from_dict({'disk_format': 'qcow2'})
+    with mock.patch.object(STOCK, 'spawn') as stock_spawn:
+        drv.spawn(None, inst, meta, [], None, {})
+    stock_spawn.assert_called_once()
+    assert inst.system_metadata['imgtype_storage'] == expected
+    assert inst.system_metadata['imgtype_backend'] == 'qcow2'
+    assert inst.system_metadata['imgtype_native_formats'] == 'qcow2'
+
+
+def test_rebuild_keeps_the_storage_of_the_instance(make_driver):
+    drv = make_driver(images_type='qcow2', use_storage_pools=True)
+    inst = _instance(imgtype_backend='qcow2', imgtype_storage='legacy')
+    meta = objects.ImageMeta.from_dict({'disk_format': 'qcow2'})
+    with mock.patch.object(STOCK, 'spawn'):
+        drv.spawn(None, inst, meta, [], None, {})
+    assert inst.system_metadata['imgtype_storage'] == 'legacy'

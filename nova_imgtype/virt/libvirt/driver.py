@@ -12,6 +12,7 @@ for something that belongs to one instance.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from typing import Any
@@ -22,6 +23,7 @@ from nova import exception as nova_exception
 from nova import objects
 from nova import utils
 from nova.compute import task_states
+from nova.compute import vm_states
 from nova.i18n import _
 from nova.image import glance
 from nova.scheduler.client import report
@@ -33,6 +35,8 @@ from nova.virt.libvirt import imagecache as nova_imagecache
 from nova.virt.libvirt import utils as libvirt_utils
 from oslo_config import cfg
 from oslo_log import log as logging
+from oslo_serialization import jsonutils
+from oslo_utils import excutils
 from oslo_utils import fileutils
 from oslo_utils import uuidutils
 
@@ -118,7 +122,8 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
         if legacy:
             LOG.warning('%d instance(s) on this host still use legacy image '
                         'files; they move into storage pool %s on their next '
-                        'hard reboot: %s', len(legacy), pools_mod.DISKS_POOL,
+                        'hard reboot, resize, cold migration or unshelve: '
+                        '%s', len(legacy), pools_mod.DISKS_POOL,
                         ', '.join(legacy))
         else:
             LOG.info('No instance on this host uses legacy image files')
@@ -163,11 +168,30 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                      instance=instance)
         else:
             # Rebuild, evacuate, unshelve: the recorded backend stays.
+            if instance.vm_state == vm_states.SHELVED_OFFLOADED:
+                self._restore_storage_on_unshelve(instance)
             self._resolver.ensure_served(instance, CONF.host)
         super().spawn(context, instance, image_meta, injected_files,
                       admin_password, allocations, network_info=network_info,
                       block_device_info=block_device_info, power_on=power_on,
                       accel_info=accel_info)
+
+    def _restore_storage_on_unshelve(self,
+                                     instance: objects.Instance) -> None:
+        """Unshelve makes the disks anew: they go where this host keeps
+        new disks of the instance's backend (a legacy instance moves into
+        the pools, a pool instance on a host without pools gets files)."""
+        decision = self._resolver.decision_for(instance)
+        storage = self._resolver.storage_for(decision.backend)
+        if storage == decision.storage:
+            return
+        self._resolver.record(instance, dataclasses.replace(
+            decision, storage=storage))
+        instance.save()
+        LOG.info('Unshelved disks of backend %(backend)s are made as '
+                 '%(storage)s storage (were %(was)s)',
+                 {'backend': decision.backend, 'storage': storage,
+                  'was': decision.storage}, instance=instance)
 
     def _image_disk_format(self, context: Any, instance: objects.Instance,
                            image_id: str) -> str | None:
@@ -413,10 +437,15 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                         'as its images_type', migration.dest_compute,
                         instance=instance)
             return
-        if backend_trait(decision.backend) not in traits:
+        needed = [decision.backend]
+        if decision.storage == resolver_mod.POOLS:
+            needed.append(resolver_mod.STORAGE_BACKEND)
+        missing = [b for b in needed if backend_trait(b) not in traits]
+        if missing:
             reason = _('destination host %(dest)s cannot serve image backend '
                        '%(backend)s of this instance') % {
-                'dest': migration.dest_compute, 'backend': decision.backend}
+                'dest': migration.dest_compute,
+                'backend': ' on '.join(missing)}
             raise nova_exception.InstanceFaultRollback(
                 nova_exception.MigrationPreCheckError(reason=reason))
 
@@ -494,21 +523,125 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                                    block_device_info: Any = None,
                                    timeout: int = 0,
                                    retry_interval: int = 0) -> Any:
-        try:
-            self._refuse_on_pools(instance, 'Resize and cold migration')
-        except exception.NotSupportedOnPools as e:
-            raise nova_exception.InstanceFaultRollback(
-                nova_exception.MigrationPreCheckError(reason=str(e))) from e
         if (self._resolver.backend_for(instance) == 'lvm' and
                 not self._is_booted_from_volume(block_device_info)):
             reason = _('Migration is not supported for LVM backed instances')
             raise nova_exception.InstanceFaultRollback(
                 nova_exception.MigrationPreCheckError(reason=reason))
         self._check_destination_serves(context, instance)
-        return super().migrate_disk_and_power_off(
+        if self._resolver.decision_for(instance).storage != \
+                resolver_mod.POOLS:
+            return super().migrate_disk_and_power_off(
+                context, instance, dest, flavor, network_info,
+                block_device_info=block_device_info, timeout=timeout,
+                retry_interval=retry_interval)
+        return self._migrate_pool_disks(
             context, instance, dest, flavor, network_info,
-            block_device_info=block_device_info, timeout=timeout,
-            retry_interval=retry_interval)
+            block_device_info, timeout, retry_interval)
+
+    def _migrate_pool_disks(self, context: Any, instance: objects.Instance,
+                            dest: str, flavor: Any, network_info: Any,
+                            block_device_info: Any, timeout: int,
+                            retry_interval: int) -> str:
+        """Stock's resize and cold migration, for disks on pool volumes.
+
+        With the guest stopped, the volume files are moved (renamed, same
+        filesystem) into the instance directory, which stock then keeps as
+        ``<instance>_resize`` for a revert, as it does for legacy disks.
+        From there each volume is copied to the same pool path on the
+        destination, the way stock copies disk files (``cp`` when the pool
+        directory is shared with the destination, ``rsync``/``scp`` when
+        not). A failure puts everything back where it was.
+        """
+        pool = self._pools.get(pools_mod.DISKS_POOL)
+        pool_dir = pools_mod.pool_target(pool)
+        inst_base = libvirt_utils.get_instance_path(instance)
+        inst_base_resize = inst_base + '_resize'
+        vols = [(v.name(), pools_mod.volume_format(v))
+                for v in self._pools.volumes(pool, instance.uuid + '_')
+                if not v.name().endswith('.rescue')]
+        # Stopped before its volumes are read; stock's own power_off that
+        # follows finds it stopped, as for a stopped instance.
+        self.power_off(instance, timeout, retry_interval)
+        staged = self._stage_volumes(instance, pool, pool_dir, inst_base,
+                                     [name for name, _fmt in vols])
+        try:
+            disk_info = jsonutils.loads(super().migrate_disk_and_power_off(
+                context, instance, dest, flavor, network_info,
+                block_device_info=block_device_info, timeout=timeout,
+                retry_interval=retry_interval))
+        except Exception:
+            with excutils.save_and_reraise_exception():
+                # Stock put the instance directory back in place.
+                self._unstage_volumes(instance, pool, pool_dir, inst_base,
+                                      staged)
+        shared_pool = self._is_path_shared_with(dest, pool_dir)
+        copied: list[str] = []
+        try:
+            for name, fmt in vols:
+                target = os.path.join(pool_dir, name)
+                libvirt_utils.copy_image(
+                    os.path.join(inst_base_resize, name), target,
+                    host=None if shared_pool else dest,
+                    on_execute=lambda p: self.job_tracker.add_job(
+                        instance, p.pid),
+                    on_completion=lambda p: self.job_tracker.remove_job(
+                        instance, p.pid),
+                    compression=fmt not in libvirt_driver.NO_COMPRESSION_TYPES)
+                copied.append(target)
+                disk_info.append({'type': fmt, 'path': target,
+                                  'volume': name})
+        except Exception:
+            with excutils.save_and_reraise_exception():
+                for target in copied:
+                    if shared_pool:
+                        fileutils.delete_if_exists(target)
+                    else:
+                        self._remotefs.remove_file(dest, target)
+                self._cleanup_remote_migration(
+                    dest, inst_base, inst_base_resize,
+                    self._is_path_shared_with(dest, inst_base))
+                self._unstage_volumes(instance, pool, pool_dir, inst_base,
+                                      staged)
+        if shared_pool:
+            # The copies are in this pool's directory too (same host, or a
+            # shared one): make libvirt see them.
+            pool.refresh(0)
+        return jsonutils.dumps(disk_info)
+
+    @staticmethod
+    def _stage_volumes(instance: objects.Instance, pool: Any, pool_dir: str,
+                       directory: str, names: list[str]) -> list[str]:
+        """Move volume files of the pool into ``directory``."""
+        moved: list[str] = []
+        try:
+            for name in names:
+                os.rename(os.path.join(pool_dir, name),
+                          os.path.join(directory, name))
+                moved.append(name)
+        except Exception:
+            with excutils.save_and_reraise_exception():
+                for name in moved:
+                    os.rename(os.path.join(directory, name),
+                              os.path.join(pool_dir, name))
+        pool.refresh(0)
+        LOG.debug('Moved volumes %s out of storage pool %s into %s',
+                  ', '.join(moved), pool.name(), directory,
+                  instance=instance)
+        return moved
+
+    @staticmethod
+    def _unstage_volumes(instance: objects.Instance, pool: Any,
+                         pool_dir: str, directory: str,
+                         names: list[str]) -> None:
+        """Move volume files from ``directory`` back into the pool."""
+        for name in names:
+            src = os.path.join(directory, name)
+            if os.path.exists(src):
+                os.rename(src, os.path.join(pool_dir, name))
+        pool.refresh(0)
+        LOG.info('Volumes %s are back in storage pool %s', ', '.join(names),
+                 pool.name(), instance=instance)
 
     def finish_migration(self, context: Any, migration: Any,
                          instance: objects.Instance, disk_info: str,
@@ -518,8 +651,56 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                          power_on: bool = True, share_info: Any = None
                          ) -> None:
         self._resolver.ensure_served(instance, CONF.host)
+        infos = jsonutils.loads(disk_info)
+        if self._resolver.decision_for(instance).storage == \
+                resolver_mod.POOLS:
+            # The volume files came with the migration: show them to libvirt.
+            self._pools.refresh(pools_mod.DISKS_POOL)
+        elif (self._can_move_to_pools(instance) and
+                not self._is_booted_from_volume(block_device_info)):
+            # Transition: the legacy files just copied here go into the pool
+            # before the guest starts.
+            self._move_to_pools(instance)
+        # Stock rewrites raw disks listed here as qcow2 when use_cow_images;
+        # the format of a volume is the instance's, leave volumes alone.
+        infos = [i for i in infos
+                 if 'volume' not in i and os.path.exists(i['path'])]
         super().finish_migration(
-            context, migration, instance, disk_info, network_info,
-            image_meta, resize_instance, allocations,
+            context, migration, instance, jsonutils.dumps(infos),
+            network_info, image_meta, resize_instance, allocations,
+            block_device_info=block_device_info, power_on=power_on,
+            share_info=share_info)
+
+    def finish_revert_migration(self, context: Any,
+                                instance: objects.Instance,
+                                network_info: Any, migration: Any,
+                                block_device_info: Any = None,
+                                power_on: bool = True,
+                                share_info: Any = None) -> None:
+        """Put back the disks kept in ``<instance>_resize``.
+
+        Volumes kept there go back into the pool, replacing the copies the
+        migration made (same host or shared storage); an instance that moved
+        into the pool during the migration is legacy again, its files being
+        the ones stock puts back.
+        """
+        backup_dir = libvirt_utils.get_instance_path(instance) + '_resize'
+        names = (os.listdir(backup_dir) if os.path.isdir(backup_dir)
+                 else [])
+        volumes = [n for n in names if n.startswith(instance.uuid + '_')]
+        legacy = [n for n in names if _MOVABLE_DISK.match(n)]
+        decision = self._resolver.decision_for(instance)
+        if volumes or (legacy and decision.storage == resolver_mod.POOLS):
+            self._delete_pool_volumes(instance)
+        if volumes:
+            pool = self._pools.get(pools_mod.DISKS_POOL)
+            self._unstage_volumes(instance, pool, pools_mod.pool_target(pool),
+                                  backup_dir, volumes)
+        elif legacy and decision.storage == resolver_mod.POOLS:
+            self._resolver.record(instance, dataclasses.replace(
+                decision, storage=resolver_mod.LEGACY))
+            instance.save()
+        super().finish_revert_migration(
+            context, instance, network_info, migration,
             block_device_info=block_device_info, power_on=power_on,
             share_info=share_info)

@@ -104,9 +104,13 @@ class BackendResolver:
         if backend == STORAGE_BACKEND:
             backend = 'qcow2' if disk_format == 'qcow2' else 'flat'
             return BackendDecision(backend, native, POOLS)
-        storage = (POOLS if self._conf.libvirt.use_storage_pools and
-                   backend in POOL_BACKENDS else LEGACY)
-        return BackendDecision(backend, native, storage)
+        return BackendDecision(backend, native, self.storage_for(backend))
+
+    def storage_for(self, backend: str) -> str:
+        """Where this host makes new disks of ``backend``: ``pools`` when
+        ``[libvirt]use_storage_pools`` is on and pools implement it."""
+        return (POOLS if self._conf.libvirt.use_storage_pools and
+                backend in POOL_BACKENDS else LEGACY)
 
     def plan(self, disk_format: str) -> FormatPlan:
         """What a new instance booted from a ``disk_format`` image gets."""
