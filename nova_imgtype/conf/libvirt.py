@@ -49,36 +49,55 @@ Related options:
 
 use_storage_pools_opt = cfg.BoolOpt(
     'use_storage_pools',
-    default=False,
+    default=True,
     help="""
 Put the disks of new instances on libvirt storage pools (``LibvirtStorage``).
 
-When enabled, nova-compute creates (or finds) the storage pools
-``nova-base-images-pool``, a directory pool over the image cache that does
-not change its layout, and ``nova-disks-pool``, a directory pool at
-``<instances_path>/disks``, and new instances of the ``raw``, ``flat`` and
-``qcow2`` backends get their disks as volumes ``{instance-uuid}_{name}`` of
-``nova-disks-pool``: copy-on-write qcow2 overlays on the cached template for
-``qcow2``, libvirt copies (``createXMLFrom``) for ``raw``/``flat``. The
-choice is recorded with each instance (system metadata ``imgtype_storage``)
-and kept for its life; existing instances are not moved.
+When enabled, nova-compute creates at start (or finds, when they exist) the
+storage pools it needs, started and set to autostart:
 
-Not yet supported for instances on pools (refused with a clear error):
-cold and live migration and resize; snapshots are cold. lvm and rbd backends
-keep their legacy storage. Legacy instances move into the pool on their next
-hard reboot.
+* ``nova-base-images-pool``: a directory pool over the image cache
+  (``<instances_path>/_base``); its layout does not change.
+* ``nova-disks-pool``: the pool of ``images_type``'s backend: a directory
+  pool at ``<instances_path>/disks`` for ``raw``, ``flat`` and ``qcow2``; a
+  logical pool on ``images_volume_group`` for ``lvm``; an rbd pool on
+  ``images_rbd_pool`` (monitors from ``images_rbd_ceph_conf``, cephx user
+  ``rbd_user`` with the libvirt secret ``rbd_secret_uuid``) for ``rbd``.
+* ``nova-disks-pool-dir``, ``nova-disks-pool-logical``,
+  ``nova-disks-pool-rbd``: the pool of another type that
+  ``images_type_mapping`` needs on the same host.
+
+A pool that exists with another definition stops nova-compute with an error
+naming it; it is never redefined. New instances get their disks as volumes
+``{instance-uuid}_{name}``: copy-on-write qcow2 overlays on the cached
+template for ``qcow2``, libvirt copies (``createXMLFrom``) for ``raw`` and
+``flat`` and into logical pools, and for rbd the template uploaded once to
+the Ceph pool and cloned there. The storage and the pool are recorded with
+each instance (system metadata ``imgtype_storage``, ``imgtype_pool``) and
+kept for its life, whatever this option or ``images_type`` say later.
+
+Existing (legacy) instances keep working; their disks move into the pools
+on their next hard reboot, resize, cold migration or unshelve, and
+nova-compute logs at start how many remain. Instances on pools are not live
+migrated (refused with a clear error); their snapshots are cold.
 
 Possible values:
 
-* False (default): stock image backends.
-* True: file backends on libvirt storage pools for new instances.
+* True (default): new instances of the raw, flat, qcow2, lvm and rbd
+  backends on libvirt storage pools.
+* False: stock image backends for new instances; instances already on
+  pools stay there, and this host takes no instance on pools by a move.
 
 Related options:
 
 * ``[libvirt]images_type`` and ``[libvirt]images_type_mapping`` choose the
-  backend, and so the volume format.
+  backend, and so the pool type and the volume format.
+* ``[libvirt]images_volume_group``, ``[libvirt]images_rbd_pool``,
+  ``[libvirt]images_rbd_ceph_conf``, ``[libvirt]rbd_user``,
+  ``[libvirt]rbd_secret_uuid``: where the logical and rbd pools are.
 * ``use_cow_images``: as in stock Nova, ``images_type = default`` means
   qcow2 with it and flat without.
+* ``preallocate_images``: ``space`` makes file volumes fully allocated.
 """)
 
 ALL_OPTS = [images_type_mapping_opt, use_storage_pools_opt]

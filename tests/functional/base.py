@@ -147,6 +147,11 @@ class ImgtypeServersTestBase(libvirt_base.ServersTestBase):
         # Ephemeral disks of an image without os_type get vfat by default,
         # whose mkfs (dosfstools) is not on these machines; ext4's is.
         self.flags(default_ephemeral_format='ext4')
+        # fakelibvirt (the harness's libvirt) has no storage pool API: the
+        # computes keep stock image files unless a test turns pools on and
+        # points the driver's storage connection at a real libvirtd
+        # (tests/functional/test_storage_pools.py).
+        self.flags(use_storage_pools=False, group='libvirt')
         # Privsep'd functions (qemu-img convert, utime, ...) run in this
         # process instead of asking a privsep daemon, which the harness
         # forbids (PrivsepNoHelperFixture). The tests run as root.

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 import libvirt
 import pytest
 
+from tests.real import ceph
 from tests.real import fixtures
 
 
@@ -74,3 +75,10 @@ def libvirt_tmp_path(libvirt_daemon: fixtures.LibvirtDaemon,
     path.chmod(0o755)
     libvirt_daemon.give(path)
     yield path
+
+
+@pytest.fixture(scope='session')
+def ceph_cluster() -> Iterator[ceph.CephCluster]:
+    """A throwaway one-node Ceph cluster (memstore, no auth) with an
+    initialised rbd pool, stopped at session end (:mod:`tests.real.ceph`)."""
+    yield from ceph.ceph_cluster_fixture()

@@ -74,6 +74,9 @@ def driver(conf):
     privsep.setUp()
 
     def make(**libvirt_flags):
+        # Image files, as stock makes them, unless a test asks for pools
+        # (and gives the driver a connection to a real libvirtd).
+        libvirt_flags.setdefault('use_storage_pools', False)
         conf.config(group='libvirt', **libvirt_flags)
         return imgtype_driver.LibvirtDriver(fake.FakeVirtAPI(), False)
 

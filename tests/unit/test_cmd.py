@@ -42,10 +42,11 @@ def test_check_json(tmp_path, capsys):
     data = json.loads(capsys.readouterr().out)
     rows = {r['disk_format']: r for r in data['formats']}
     assert rows['qcow2'] == {'disk_format': 'qcow2', 'backend': 'qcow2',
-                             'source': 'mapping', 'storage': 'files',
+                             'source': 'mapping', 'storage': 'pools',
                              'converted': 'no',
                              'trait': 'COMPUTE_IMAGE_TYPE_QCOW2'}
     assert rows['vmdk']['backend'] == 'rbd'
+    assert rows['vmdk']['storage'] == 'pools'     # use_storage_pools: True
     assert rows['vmdk']['converted'] == 'yes'
     assert rows['raw']['converted'] == 'no'
     assert rows['iso']['trait'] == '-'          # excluded by the operator

@@ -54,13 +54,13 @@ def test_default_images_type_is_resolved_for_the_record(conf, resolver):
 
 def test_boot_from_volume_uses_images_type(conf, resolver):
     conf.config(images_type='flat', images_type_mapping='raw:rbd',
-                group='libvirt')
+                use_storage_pools=False, group='libvirt')
     assert resolver.decide(None) == resolver_mod.BackendDecision('flat')
 
 
 def test_record_survives_config_change(conf, resolver):
     conf.config(images_type='flat', images_type_mapping='qcow2:qcow2',
-                group='libvirt')
+                use_storage_pools=False, group='libvirt')
     inst = _instance()
     resolver.record(inst, resolver.decide('qcow2'))
     assert inst.system_metadata == {'imgtype_backend': 'qcow2',
@@ -101,17 +101,38 @@ def test_ensure_served_names_instance_backend_and_reason(conf, resolver):
     resolver.ensure_served(_instance(), 'host2')  # legacy: stock
 
 
-def test_storage_pools_implement_file_backends_only(conf, resolver):
+def test_storage_pools_implement_each_backend_in_its_pool(conf, resolver):
     conf.config(use_storage_pools=True, images_type='flat',
-                images_type_mapping='qcow2:qcow2, raw:rbd', group='libvirt')
-    assert resolver.decide('qcow2').storage == 'pools'
-    assert resolver.decide('vmdk').storage == 'pools'       # flat
-    assert resolver.decide('raw').storage == 'legacy'       # rbd
+                images_type_mapping='qcow2:qcow2, raw:rbd, ploop:ploop',
+                group='libvirt')
+    for fmt, backend, pool in (
+            ('qcow2', 'qcow2', 'nova-disks-pool'),
+            ('vdi', 'flat', 'nova-disks-pool'),     # unmapped: images_type
+            ('raw', 'rbd', 'nova-disks-pool-rbd')):
+        d = resolver.decide(fmt)
+        assert (d.backend, d.storage, d.pool) == (backend, 'pools', pool)
+    # Pools implement no ploop: stock files.
+    d = resolver.decide('ploop')
+    assert (d.backend, d.storage, d.pool) == ('ploop', 'legacy', '')
+    assert resolver.pool_backends() == ['flat', 'qcow2', 'rbd']
+
     inst = _instance()
-    resolver.record(inst, resolver.decide('qcow2'))
-    conf.config(use_storage_pools=False, group='libvirt')
-    assert resolver.decision_for(inst).storage == 'pools'  # kept for life
+    resolver.record(inst, resolver.decide('raw'))
+    assert inst.system_metadata['imgtype_pool'] == 'nova-disks-pool-rbd'
+    # Kept for life: pools off, or images_type now rbd (whose pool would
+    # be nova-disks-pool on this host).
+    conf.config(use_storage_pools=False, images_type='rbd', group='libvirt')
+    d = resolver.decision_for(inst)
+    assert (d.storage, d.pool) == ('pools', 'nova-disks-pool-rbd')
     assert resolver.decision_for(_instance()).storage == 'legacy'
+
+
+def test_pool_instances_recorded_without_a_pool_name(resolver):
+    inst = _instance(imgtype_backend='qcow2', imgtype_storage='pools')
+    assert resolver.decision_for(inst).pool == 'nova-disks-pool'
+    resolver.record(inst, resolver.with_storage(
+        resolver.decision_for(inst), 'legacy'))
+    assert 'imgtype_pool' not in inst.system_metadata
 
 
 def test_pool_instance_needs_a_host_with_pools(conf, resolver):

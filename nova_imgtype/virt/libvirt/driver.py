@@ -109,8 +109,8 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
         if CONF.libvirt.use_storage_pools:
             # Found again when they exist; a conflicting definition is an
             # error that stops nova-compute, never a silent redefinition.
-            for spec in pools_mod.default_specs(
-                    CONF.instances_path, CONF.image_cache.subdirectory_name):
+            for spec in pools_mod.host_specs(
+                    CONF, self._resolver.pool_backends()):
                 self._pools.ensure(spec)
             self._log_legacy_instances(host)
 
@@ -121,10 +121,9 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                   if self._can_move_to_pools(inst)]
         if legacy:
             LOG.warning('%d instance(s) on this host still use legacy image '
-                        'files; they move into storage pool %s on their next '
-                        'hard reboot, resize, cold migration or unshelve: '
-                        '%s', len(legacy), pools_mod.DISKS_POOL,
-                        ', '.join(legacy))
+                        'files; they move into the storage pools on their '
+                        'next hard reboot, resize, cold migration or '
+                        'unshelve: %s', len(legacy), ', '.join(legacy))
         else:
             LOG.info('No instance on this host uses legacy image files')
 
@@ -183,10 +182,10 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
         the pools, a pool instance on a host without pools gets files)."""
         decision = self._resolver.decision_for(instance)
         storage = self._resolver.storage_for(decision.backend)
-        if storage == decision.storage:
+        new = self._resolver.with_storage(decision, storage)
+        if new == decision:
             return
-        self._resolver.record(instance, dataclasses.replace(
-            decision, storage=storage))
+        self._resolver.record(instance, new)
         instance.save()
         LOG.info('Unshelved disks of backend %(backend)s are made as '
                  '%(storage)s storage (were %(was)s)',
@@ -263,25 +262,39 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
         return self._host.get_connection()
 
     def _pool_backing_paths(self) -> set[str]:
-        """Templates in use by volumes of nova-disks-pool (none if absent).
+        """Templates in use by volumes of the dir disks pools (none if
+        there is no such pool).
 
         Any other state (an inactive pool, libvirt unreachable) raises, so
         the image cache manager removes nothing it cannot check.
         """
-        try:
-            pool = self._pools.get(pools_mod.DISKS_POOL)
-        except exception.PoolNotFound:
-            return set()
-        return self._pools.backing_paths(pool)
+        paths: set[str] = set()
+        names = {pools_mod.DISKS_POOL} | {
+            spec.name for spec in pools_mod.host_specs(
+                CONF, self._resolver.pool_backends())
+            if spec.type == 'dir' and spec.name != pools_mod.BASE_POOL}
+        for name in sorted(names):
+            try:
+                pool = self._pools.get(name)
+            except exception.PoolNotFound:
+                continue
+            if pools_mod.pool_type(pool) == 'dir':
+                paths |= self._pools.backing_paths(pool)
+        return paths
+
+    def _instance_pool(self, instance: objects.Instance) -> Any:
+        """The started disks pool of a pool instance."""
+        return self._pools.get(self._resolver.decision_for(instance).pool)
 
     def _delete_pool_volumes(self, instance: objects.Instance,
                              suffix: str = '') -> None:
         """Delete the instance's volumes (ending with ``suffix``)."""
+        name = self._resolver.decision_for(instance).pool
         try:
-            pool = self._pools.get(pools_mod.DISKS_POOL)
+            pool = self._pools.get(name)
         except exception.PoolNotFound:
             LOG.warning('Storage pool %s is gone: no volume of the instance '
-                        'to delete', pools_mod.DISKS_POOL, instance=instance)
+                        'to delete', name, instance=instance)
             return
         for vol in list(self._pools.volumes(pool, instance.uuid + '_')):
             if vol.name().endswith(suffix):
@@ -293,19 +306,30 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
 
     def _can_move_to_pools(self, instance: objects.Instance) -> bool:
         decision = self._resolver.decision_for(instance)
-        return (CONF.libvirt.use_storage_pools and
-                decision.storage == resolver_mod.LEGACY and
-                decision.backend in resolver_mod.POOL_BACKENDS)
+        return (decision.storage == resolver_mod.LEGACY and
+                decision.backend in self._resolver.pool_backends())
 
     def _move_to_pools(self, instance: objects.Instance) -> None:
-        """Move a stopped legacy instance's disk files into the pool.
+        """Move a stopped legacy instance's disks into its pool.
 
-        Renames within one filesystem (instances_path), so the data stay as
-        they are, overlays keep their absolute backing paths, and it costs
-        nothing whatever the size. A failure puts back what was moved.
+        Files are renamed within one filesystem (instances_path), so the
+        data stay as they are, overlays keep their absolute backing paths,
+        and it costs nothing whatever the size; a failure puts back what was
+        moved. lvm and rbd disks need no move: they have the pool's naming
+        already, and the pool, once refreshed, lists them.
         """
+        decision = self._resolver.decision_for(instance)
+        pool_name = self._resolver.pool_for(decision.backend)
+        pool = self._pools.get(pool_name)
+        if pools_mod.pool_type(pool) != 'dir':
+            pool.refresh(0)
+            self._resolver.record(instance, self._resolver.with_storage(
+                decision, resolver_mod.POOLS))
+            instance.save()
+            LOG.info('Disks now used through storage pool %s', pool_name,
+                     instance=instance)
+            return
         instance_dir = libvirt_utils.get_instance_path(instance)
-        pool = self._pools.get(pools_mod.DISKS_POOL)
         target_dir = pools_mod.pool_target(pool)
         names = sorted(n for n in os.listdir(instance_dir)
                        if _MOVABLE_DISK.match(n))
@@ -321,8 +345,7 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                                                           name))
                 if os.path.exists(dest):
                     raise exception.VolumeExists(
-                        pool=pools_mod.DISKS_POOL, volume=os.path.basename(
-                            dest))
+                        pool=pool_name, volume=os.path.basename(dest))
                 os.rename(os.path.join(instance_dir, name), dest)
                 moved.append((os.path.join(instance_dir, name), dest))
             pool.refresh(0)
@@ -330,13 +353,13 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
             for src, dest in reversed(moved):
                 os.rename(dest, src)
             raise
-        decision = self._resolver.decision_for(instance)
-        self._resolver.record(instance, resolver_mod.BackendDecision(
-            'qcow2' if fmt == 'qcow2' else 'flat', decision.native_formats,
+        backend = 'qcow2' if fmt == 'qcow2' else 'flat'
+        self._resolver.record(instance, self._resolver.with_storage(
+            dataclasses.replace(decision, backend=backend),
             resolver_mod.POOLS))
         instance.save()
         LOG.info('Moved disks %s into storage pool %s', ', '.join(names),
-                 pools_mod.DISKS_POOL, instance=instance)
+                 pool_name, instance=instance)
 
     def _hard_reboot(self, context: Any, instance: objects.Instance,
                      network_info: Any, share_info: Any,
@@ -529,8 +552,11 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
             raise nova_exception.InstanceFaultRollback(
                 nova_exception.MigrationPreCheckError(reason=reason))
         self._check_destination_serves(context, instance)
-        if self._resolver.decision_for(instance).storage != \
-                resolver_mod.POOLS:
+        decision = self._resolver.decision_for(instance)
+        if decision.storage != resolver_mod.POOLS or pools_mod.pool_type(
+                self._pools.get(decision.pool)) != 'dir':
+            # Legacy disks, or volumes on shared storage (rbd) that the
+            # destination finds in its own pool of the same name.
             return super().migrate_disk_and_power_off(
                 context, instance, dest, flavor, network_info,
                 block_device_info=block_device_info, timeout=timeout,
@@ -553,7 +579,7 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
         directory is shared with the destination, ``rsync``/``scp`` when
         not). A failure puts everything back where it was.
         """
-        pool = self._pools.get(pools_mod.DISKS_POOL)
+        pool = self._instance_pool(instance)
         pool_dir = pools_mod.pool_target(pool)
         inst_base = libvirt_utils.get_instance_path(instance)
         inst_base_resize = inst_base + '_resize'
@@ -652,10 +678,16 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                          ) -> None:
         self._resolver.ensure_served(instance, CONF.host)
         infos = jsonutils.loads(disk_info)
-        if self._resolver.decision_for(instance).storage == \
-                resolver_mod.POOLS:
+        decision = self._resolver.decision_for(instance)
+        if decision.storage == resolver_mod.POOLS:
+            # This host's pool implementing the backend (the same storage:
+            # the same directory, or the same Ceph pool).
+            here = self._resolver.with_storage(decision, resolver_mod.POOLS)
+            if here != decision:
+                self._resolver.record(instance, here)
+                instance.save()
             # The volume files came with the migration: show them to libvirt.
-            self._pools.refresh(pools_mod.DISKS_POOL)
+            self._instance_pool(instance).refresh(0)
         elif (self._can_move_to_pools(instance) and
                 not self._is_booted_from_volume(block_device_info)):
             # Transition: the legacy files just copied here go into the pool
@@ -693,12 +725,12 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
         if volumes or (legacy and decision.storage == resolver_mod.POOLS):
             self._delete_pool_volumes(instance)
         if volumes:
-            pool = self._pools.get(pools_mod.DISKS_POOL)
+            pool = self._instance_pool(instance)
             self._unstage_volumes(instance, pool, pools_mod.pool_target(pool),
                                   backup_dir, volumes)
         elif legacy and decision.storage == resolver_mod.POOLS:
-            self._resolver.record(instance, dataclasses.replace(
-                decision, storage=resolver_mod.LEGACY))
+            self._resolver.record(instance, self._resolver.with_storage(
+                decision, resolver_mod.LEGACY))
             instance.save()
         super().finish_revert_migration(
             context, instance, network_info, migration,

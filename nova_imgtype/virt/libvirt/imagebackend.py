@@ -91,7 +91,8 @@ class Backend(imagebackend.Backend):
                 return storage.LibvirtStorage(
                     instance=instance, disk_name=name,
                     disk_info_mapping=disk_info_mapping, pools=self.pools,
-                    volume_format=storage.VOLUME_FORMATS[decision.backend])
+                    volume_format=storage.VOLUME_FORMATS[decision.backend],
+                    pool_name=decision.pool)
             image_type = decision.backend
         return self.backend(image_type)(
             instance=instance, disk_name=name,

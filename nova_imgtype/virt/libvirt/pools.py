@@ -21,14 +21,20 @@ Every error names the pool and, where there is one, the volume.
 
 from __future__ import annotations
 
+import configparser
 import dataclasses
 import os
+import re
 from collections.abc import Callable
+from collections.abc import Iterable
 from collections.abc import Iterator
 from typing import Any
 from xml.etree import ElementTree
 
 import libvirt
+from nova import exception as nova_exception
+from nova.virt import images
+from oslo_concurrency import processutils
 from oslo_log import log as logging
 
 from nova_imgtype import exception
@@ -37,26 +43,66 @@ LOG = logging.getLogger(__name__)
 
 BASE_POOL = 'nova-base-images-pool'
 DISKS_POOL = 'nova-disks-pool'
+#: Templates uploaded into an rbd disks pool: ``nova-base_<cache file>``.
+RBD_TEMPLATE_PREFIX = 'nova-base_'
 
 Connection = Any    # libvirt.virConnect
 Pool = Any          # libvirt.virStoragePool
 Volume = Any        # libvirt.virStorageVol
 
 
+#: libvirt pool type implementing each image backend's disks.
+POOL_TYPES = {'raw': 'dir', 'flat': 'dir', 'qcow2': 'dir',
+              'lvm': 'logical', 'rbd': 'rbd'}
+
+
 @dataclasses.dataclass(frozen=True)
 class PoolSpec:
-    """What a pool must be: its name, libvirt type and target."""
+    """What a pool must be: its name, libvirt type and location.
+
+    ``target`` is the directory of a dir pool (and ``/dev/<vg>`` of a
+    logical one); ``source`` the volume group of a logical pool or the Ceph
+    pool of an rbd one, with ``hosts`` (``host:port`` monitors) and the
+    cephx ``auth_user``/``auth_secret_uuid`` of an rbd pool.
+    """
 
     name: str
     type: str
-    target: str
+    target: str = ''
+    source: str = ''
+    hosts: tuple[str, ...] = ()
+    auth_user: str = ''
+    auth_secret_uuid: str = ''
 
     def to_xml(self) -> str:
         pool = ElementTree.Element('pool', type=self.type)
         ElementTree.SubElement(pool, 'name').text = self.name
-        target = ElementTree.SubElement(pool, 'target')
-        ElementTree.SubElement(target, 'path').text = self.target
+        if self.source:
+            source = ElementTree.SubElement(pool, 'source')
+            for host in self.hosts:
+                name, _sep, port = host.rpartition(':')
+                attrs = {'name': name or port}
+                if name:
+                    attrs['port'] = port
+                ElementTree.SubElement(source, 'host', attrs)
+            ElementTree.SubElement(source, 'name').text = self.source
+            if self.type == 'logical':
+                ElementTree.SubElement(source, 'format', type='lvm2')
+            if self.auth_user:
+                auth = ElementTree.SubElement(source, 'auth', type='ceph',
+                                              username=self.auth_user)
+                ElementTree.SubElement(auth, 'secret',
+                                       uuid=self.auth_secret_uuid)
+        if self.target:
+            target = ElementTree.SubElement(pool, 'target')
+            ElementTree.SubElement(target, 'path').text = self.target
         return ElementTree.tostring(pool, encoding='unicode')
+
+    def location(self) -> str:
+        """What identifies the storage behind the pool, for messages."""
+        return ('Ceph pool %s' % self.source if self.type == 'rbd' else
+                'volume group %s' % self.source if self.type == 'logical'
+                else self.target)
 
 
 def default_specs(instances_path: str,
@@ -68,11 +114,116 @@ def default_specs(instances_path: str,
                                                      'disks')))
 
 
+def disks_pool_name(pool_type: str, default_type: str) -> str:
+    """The name of the disks pool of ``pool_type`` on a host.
+
+    The pool of the host's own ``images_type`` is ``nova-disks-pool``; a
+    pool of another type that the mapping needs on the same host is
+    ``nova-disks-pool-<type>`` (``nova-disks-pool-dir``,
+    ``nova-disks-pool-logical``, ``nova-disks-pool-rbd``).
+    """
+    return (DISKS_POOL if pool_type == default_type
+            else '%s-%s' % (DISKS_POOL, pool_type))
+
+
+def ceph_monitors(ceph_conf: str) -> tuple[str, ...]:
+    """``host:port`` of the monitors in a ceph.conf (``mon_host``).
+
+    Accepts the forms Ceph does: ``a,b c``, ``host:port`` and messenger
+    address vectors ``[v2:h:3300,v1:h:6789]`` (the v1 address is taken,
+    which librados reaches through libvirt's ``host:port``).
+    """
+    parser = configparser.ConfigParser(strict=False, interpolation=None)
+    try:
+        with open(ceph_conf) as f:
+            parser.read_file(f)
+    except OSError:
+        return ()
+    value = ''
+    for section in ('global', 'client'):
+        for key in ('mon_host', 'mon host'):
+            if parser.has_option(section, key):
+                value = parser.get(section, key)
+    hosts = []
+    for vector in re.findall(r'\[([^\]]*)\]|([^\s,;\[\]]+)', value):
+        addrs = (vector[0].split(',') if vector[0] else [vector[1]])
+        v1 = [a[3:] for a in addrs if a.startswith('v1:')]
+        plain = [a for a in addrs if not a.startswith(('v1:', 'v2:'))]
+        pick = (v1 or plain or [a[3:] for a in addrs])[0]
+        hosts.append(pick.split('/')[0])
+    return tuple(hosts)
+
+
+def disks_pool_spec(conf: Any, backend: str) -> PoolSpec:
+    """The disks pool implementing ``backend`` on this host's config."""
+    pool_type = POOL_TYPES[backend]
+    default_type = POOL_TYPES.get(conf.libvirt.images_type,
+                                  'dir')
+    name = disks_pool_name(pool_type, default_type)
+    if pool_type == 'logical':
+        vg = conf.libvirt.images_volume_group
+        return PoolSpec(name, 'logical', '/dev/%s' % vg, source=vg)
+    if pool_type == 'rbd':
+        return PoolSpec(
+            name, 'rbd', source=conf.libvirt.images_rbd_pool,
+            hosts=ceph_monitors(conf.libvirt.images_rbd_ceph_conf),
+            auth_user=(conf.libvirt.rbd_user
+                       if conf.libvirt.rbd_secret_uuid else ''),
+            auth_secret_uuid=conf.libvirt.rbd_secret_uuid or '')
+    return PoolSpec(name, 'dir', os.path.join(conf.instances_path, 'disks'))
+
+
+def host_specs(conf: Any, backends: Iterable[str]) -> list[PoolSpec]:
+    """Every pool a host needs: the image cache pool, then one disks pool
+    per pool type of ``backends`` (those pools implement)."""
+    specs = [PoolSpec(BASE_POOL, 'dir', os.path.join(
+        conf.instances_path, conf.image_cache.subdirectory_name))]
+    seen = set()
+    for backend in backends:
+        if backend in POOL_TYPES and POOL_TYPES[backend] not in seen:
+            seen.add(POOL_TYPES[backend])
+            specs.append(disks_pool_spec(conf, backend))
+    return specs
+
+
 def pool_target(pool: Pool) -> str:
     """The target directory of a pool."""
     return ElementTree.fromstring(pool.XMLDesc(0)).findtext(
         'target/path') or ''
 
+
+
+def volume_path(pool: Pool, name: str) -> str:
+    """Where a volume of the pool is: ``<target>/<name>`` for dir and
+    logical pools, ``<ceph pool>/<name>`` for rbd ones."""
+    root = ElementTree.fromstring(pool.XMLDesc(0))
+    target = root.findtext('target/path')
+    if target:
+        return os.path.join(target, name)
+    return '%s/%s' % (root.findtext('source/name') or pool.name(), name)
+
+
+def pool_source(pool: Pool) -> PoolSpec:
+    """A pool's definition read back from libvirt (type, target, source,
+    ``host:port`` hosts, cephx auth)."""
+    root = ElementTree.fromstring(pool.XMLDesc(0))
+    hosts = tuple(
+        '%s:%s' % (h.get('name'), h.get('port')) if h.get('port')
+        else h.get('name') or '' for h in root.findall('source/host'))
+    auth = root.find('source/auth')
+    secret = auth.find('secret') if auth is not None else None
+    return PoolSpec(
+        pool.name(), root.get('type') or '',
+        target=root.findtext('target/path') or '',
+        source=root.findtext('source/name') or '', hosts=hosts,
+        auth_user=auth.get('username', '') if auth is not None else '',
+        auth_secret_uuid=(secret.get('uuid', '') if secret is not None
+                          else ''))
+
+
+def pool_type(pool: Pool) -> str:
+    """The libvirt type of a pool (dir, logical, rbd, ...)."""
+    return ElementTree.fromstring(pool.XMLDesc(0)).get('type') or ''
 
 
 def volume_format(vol: Volume) -> str:
@@ -98,7 +249,9 @@ def _volume_xml(name: str, fmt: str, capacity: int,
     ElementTree.SubElement(vol, 'allocation', unit='bytes').text = str(
         capacity if preallocate else 0)
     target = ElementTree.SubElement(vol, 'target')
-    ElementTree.SubElement(target, 'format', type=fmt)
+    if fmt:
+        # Logical and rbd volumes take none: they are raw by nature.
+        ElementTree.SubElement(target, 'format', type=fmt)
     if fmt == 'qcow2':
         # libvirt makes compat 0.10 images unless asked.
         ElementTree.SubElement(target, 'compat').text = '1.1'
@@ -139,14 +292,25 @@ class StoragePools:
         except libvirt.libvirtError as e:
             if e.get_error_code() != libvirt.VIR_ERR_NO_STORAGE_POOL:
                 raise exception.StorageUnavailable(reason=str(e)) from e
-            LOG.info('Creating storage pool %s (%s) at %s', spec.name,
-                     spec.type, spec.target)
-            os.makedirs(spec.target, exist_ok=True)
-            pool = conn.storagePoolDefineXML(spec.to_xml(), 0)
+            LOG.info('Creating storage pool %s (%s) on %s', spec.name,
+                     spec.type, spec.location())
+            if spec.type == 'dir':
+                os.makedirs(spec.target, exist_ok=True)
+            try:
+                pool = conn.storagePoolDefineXML(spec.to_xml(), 0)
+            except libvirt.libvirtError as e:
+                raise exception.StorageUnavailable(
+                    reason='cannot define storage pool %s (%s on %s): %s' % (
+                        spec.name, spec.type, spec.location(), e)) from e
         else:
             self._check_definition(pool, spec)
         if not pool.isActive():
-            pool.create(0)
+            try:
+                pool.create(0)
+            except libvirt.libvirtError as e:
+                raise exception.StorageUnavailable(
+                    reason='cannot start storage pool %s (%s on %s): %s' % (
+                        spec.name, spec.type, spec.location(), e)) from e
         if autostart and not pool.autostart():
             pool.setAutostart(1)
         return pool
@@ -154,17 +318,21 @@ class StoragePools:
     @staticmethod
     def _check_definition(pool: Pool, spec: PoolSpec) -> None:
         root = ElementTree.fromstring(pool.XMLDesc(0))
-        found_type = root.get('type')
-        found_target = root.findtext('target/path')
-        if found_type != spec.type or (
-                found_target is None or
-                os.path.normpath(found_target) !=
-                os.path.normpath(spec.target)):
+        found = PoolSpec(spec.name, root.get('type') or '',
+                         target=root.findtext('target/path') or '',
+                         source=root.findtext('source/name') or '')
+        if spec.type == 'dir':
+            same = (found.type == 'dir' and bool(found.target) and
+                    os.path.normpath(found.target) ==
+                    os.path.normpath(spec.target))
+        else:
+            same = found.type == spec.type and found.source == spec.source
+        if not same:
             raise exception.PoolConflict(
                 pool=spec.name,
-                reason='it is a %s pool at %s, nova-imgtype needs a %s pool '
-                       'at %s' % (found_type, found_target, spec.type,
-                                  spec.target))
+                reason='it is a %s pool on %s, nova-imgtype needs a %s pool '
+                       'on %s' % (found.type, found.location(), spec.type,
+                                  spec.location()))
 
     def get(self, name: str) -> Pool:
         """The started pool ``name``.
@@ -232,6 +400,50 @@ class StoragePools:
         if vol.info()[1] < capacity:
             vol.resize(capacity, 0)
         return vol
+
+    def upload_rbd_template(self, pool: Pool, name: str, path: str,
+                            fmt: str, ceph_conf: str = '',
+                            user: str = '') -> Volume:
+        """The template at ``path`` as volume ``name`` of an rbd pool.
+
+        libvirt has neither ``createXMLFrom`` from another pool's volume
+        nor volume upload for rbd pools, so the guest data are written with
+        ``qemu-img convert`` (rbd block driver) as ``<name>.part`` and
+        renamed once complete (``rbd rename``): a template found by name is
+        always whole. A failed upload leaves nothing behind. The caller
+        holds a lock on ``name``.
+        """
+        pool.refresh(0)
+        found = self.find_volume(pool, name)
+        if found is not None:
+            return found
+        ceph_pool = ElementTree.fromstring(pool.XMLDesc(0)).findtext(
+            'source/name') or ''
+        part = name + '.part'
+        opts = ''.join((':conf=%s' % ceph_conf if ceph_conf else '',
+                        ':id=%s' % user if user else ''))
+        cli = (('--conf', ceph_conf) if ceph_conf else ()) + (
+            ('--id', user) if user else ())
+        stale = self.find_volume(pool, part)
+        if stale is not None:
+            stale.delete(0)
+        try:
+            images.convert_image(path, 'rbd:%s/%s%s' % (ceph_pool, part,
+                                                        opts), fmt, 'raw')
+            processutils.execute('rbd', 'rename', '--pool', ceph_pool, part,
+                                 name, *cli)
+        except (processutils.ProcessExecutionError, OSError,
+                nova_exception.NovaException) as e:
+            pool.refresh(0)
+            half = self.find_volume(pool, part)
+            if half is not None:
+                half.delete(0)
+            raise exception.VolumeCreateFailed(
+                pool=pool.name(), volume=name, reason=str(e)) from e
+        pool.refresh(0)
+        LOG.info('Uploaded template %s into storage pool %s (Ceph pool %s)',
+                 name, pool.name(), ceph_pool)
+        return pool.storageVolLookupByName(name)
 
     def volumes(self, pool: Pool, prefix: str = '') -> Iterator[Volume]:
         for vol in pool.listAllVolumes(0):

@@ -21,6 +21,7 @@ from oslo_config import cfg
 from nova_imgtype import exception
 from nova_imgtype.virt.libvirt import backends
 from nova_imgtype.virt.libvirt import mapping as mapping_mod
+from nova_imgtype.virt.libvirt import pools as pools_mod
 
 #: System metadata key holding the instance's backend name.
 SYSMETA_BACKEND = 'imgtype_backend'
@@ -30,10 +31,14 @@ SYSMETA_NATIVE = 'imgtype_native_formats'
 #: System metadata key: 'pools' when the instance's disks are libvirt
 #: storage volumes (LibvirtStorage), 'legacy' for stock image files.
 SYSMETA_STORAGE = 'imgtype_storage'
+#: System metadata key: the storage pool holding a pool instance's disks,
+#: recorded so that a later change of images_type never re-points them.
+SYSMETA_POOL = 'imgtype_pool'
 POOLS = 'pools'
 LEGACY = 'legacy'
-#: Backends that storage pools implement (the format of their volumes).
-POOL_BACKENDS = frozenset(('raw', 'flat', 'qcow2'))
+#: Backends that storage pools implement: dir pools for the file formats,
+#: a logical pool for lvm, an rbd pool for rbd.
+POOL_BACKENDS = frozenset(pools_mod.POOL_TYPES)
 #: The LibvirtStorage backend's own name: mapped, it means "this format,
 #: natively, on storage pools" whatever use_storage_pools says.
 STORAGE_BACKEND = 'libvirt_storage'
@@ -50,6 +55,8 @@ class BackendDecision:
     backend: str
     native_formats: tuple[str, ...] = ()
     storage: str = LEGACY
+    #: The disks pool of a pool instance ('' for legacy storage).
+    pool: str = ''
 
     def is_native(self, disk_format: str | None) -> bool:
         return disk_format is not None and disk_format in self.native_formats
@@ -103,8 +110,30 @@ class BackendResolver:
             backend, native = mapped, self.mapping.formats_for(mapped)
         if backend == STORAGE_BACKEND:
             backend = 'qcow2' if disk_format == 'qcow2' else 'flat'
-            return BackendDecision(backend, native, POOLS)
-        return BackendDecision(backend, native, self.storage_for(backend))
+            return BackendDecision(backend, native, POOLS,
+                                   self.pool_for(backend))
+        return self.with_storage(BackendDecision(backend, native),
+                                 self.storage_for(backend))
+
+    def pool_for(self, backend: str) -> str:
+        """The name of this host's disks pool implementing ``backend``."""
+        return pools_mod.disks_pool_spec(self._conf, backend).name
+
+    def with_storage(self, decision: BackendDecision,
+                     storage: str) -> BackendDecision:
+        """``decision`` moved to ``storage`` (and this host's pool)."""
+        return dataclasses.replace(
+            decision, storage=storage,
+            pool=self.pool_for(decision.backend) if storage == POOLS else '')
+
+    def pool_backends(self) -> list[str]:
+        """Backends this host makes pool volumes for (images_type first)."""
+        if not self._conf.libvirt.use_storage_pools:
+            return []
+        names = [self.default_backend(),
+                 *('qcow2' if b == STORAGE_BACKEND else b
+                   for b in self.mapping.values())]
+        return [b for b in dict.fromkeys(names) if b in POOL_BACKENDS]
 
     def storage_for(self, backend: str) -> str:
         """Where this host makes new disks of ``backend``: ``pools`` when
@@ -150,9 +179,12 @@ class BackendResolver:
         if not backend:
             return None
         native = sysmeta.get(SYSMETA_NATIVE) or ''
+        storage = sysmeta.get(SYSMETA_STORAGE) or LEGACY
+        # Pool instances recorded before pool names were: nova-disks-pool.
+        pool = (sysmeta.get(SYSMETA_POOL) or pools_mod.DISKS_POOL
+                if storage == POOLS else '')
         return BackendDecision(
-            backend, tuple(f for f in native.split(',') if f),
-            sysmeta.get(SYSMETA_STORAGE) or LEGACY)
+            backend, tuple(f for f in native.split(',') if f), storage, pool)
 
     @staticmethod
     def record(instance: objects.Instance,
@@ -162,6 +194,10 @@ class BackendResolver:
         instance.system_metadata[SYSMETA_NATIVE] = ','.join(
             decision.native_formats)
         instance.system_metadata[SYSMETA_STORAGE] = decision.storage
+        if decision.pool:
+            instance.system_metadata[SYSMETA_POOL] = decision.pool
+        else:
+            instance.system_metadata.pop(SYSMETA_POOL, None)
 
     def decision_for(self, instance: objects.Instance) -> BackendDecision:
         """The instance's decision: recorded, or stock's for legacy ones."""

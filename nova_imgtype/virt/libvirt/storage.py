@@ -17,6 +17,7 @@ import uuid
 from typing import Any
 
 from nova import exception as nova_exception
+from nova import utils
 from nova.i18n import _
 from nova.virt.image import model as imgmodel
 from nova.virt.libvirt import imagebackend
@@ -32,7 +33,8 @@ LOG = logging.getLogger(__name__)
 CONF = cfg.CONF
 
 #: Volume format of each file backend when it is implemented by pools.
-VOLUME_FORMATS = {'qcow2': 'qcow2', 'raw': 'raw', 'flat': 'raw'}
+VOLUME_FORMATS = {'qcow2': 'qcow2', 'raw': 'raw', 'flat': 'raw',
+                  'lvm': 'raw', 'rbd': 'raw'}
 
 
 class LibvirtStorage(imagebackend.Image):
@@ -55,22 +57,24 @@ class LibvirtStorage(imagebackend.Image):
     def __init__(self, instance: Any = None, disk_name: str | None = None,
                  path: str | None = None, disk_info_mapping: Any = None, *,
                  pools: pools_mod.StoragePools | None = None,
-                 volume_format: str = 'qcow2') -> None:
+                 volume_format: str = 'qcow2',
+                 pool_name: str = pools_mod.DISKS_POOL) -> None:
         if pools is None:
             raise nova_exception.InternalError(
                 _('LibvirtStorage needs the host storage pools'))
         self.pools = pools
         self.volume_format = volume_format
-        self.pool_name = pools_mod.DISKS_POOL
+        self.pool_name = pool_name or pools_mod.DISKS_POOL
         if path is not None:
             self.volume_name = os.path.basename(path)
         else:
             self.volume_name = pools_mod.volume_name(instance.uuid,
                                                      str(disk_name))
         pool = pools.get(self.pool_name)
-        target = pools_mod.pool_target(pool)
-        super().__init__(os.path.join(target, self.volume_name), 'volume',
-                         volume_format, disk_info_mapping=disk_info_mapping)
+        self.pool_type = pools_mod.pool_type(pool)
+        super().__init__(pools_mod.volume_path(pool, self.volume_name),
+                         'volume', volume_format,
+                         disk_info_mapping=disk_info_mapping)
         # As stock's file backends: [DEFAULT]preallocate_images = space.
         self.preallocate = (
             strutils.to_slug(CONF.preallocate_images) == 'space')
@@ -110,13 +114,39 @@ class LibvirtStorage(imagebackend.Image):
         base_format = pools_mod.volume_format(template)
         capacity = max(size or 0, template.info()[1])
         disks = self.pools.get(self.pool_name)
-        if self.volume_format == 'qcow2':
+        kind = pools_mod.pool_type(disks)
+        if kind == 'rbd':
+            # libvirt cannot createXMLFrom a dir volume into an rbd pool:
+            # the template is uploaded once, then cloned inside the pool
+            # (libvirt's rbd createXMLFrom within a pool is an RBD clone).
+            template = self._rbd_template(disks, base, base_format)
+            self.pools.copy(disks, self.volume_name, template, '', capacity)
+        elif kind == 'dir' and self.volume_format == 'qcow2':
             self.pools.create_cow(disks, self.volume_name, base,
                                   base_format, capacity)
         else:
+            # A logical volume is allocated whole: a thin one (allocation
+            # below capacity) would be an LVM snapshot.
             self.pools.copy(disks, self.volume_name, template,
-                            self.volume_format, capacity,
-                            preallocate=self.preallocate)
+                            self.volume_format if kind == 'dir' else '',
+                            capacity,
+                            preallocate=self.preallocate or kind == 'logical')
+
+    def _rbd_template(self, disks: Any, base: str, base_format: str) -> Any:
+        """The cached template's copy in the rbd pool, uploaded once per
+        host and pool under an external lock."""
+        name = pools_mod.RBD_TEMPLATE_PREFIX + os.path.basename(base)
+        found = self.pools.find_volume(disks, name)
+        if found is not None:
+            return found
+
+        @utils.synchronized(name, external=True, lock_path=self.lock_path)
+        def upload() -> Any:
+            return self.pools.upload_rbd_template(
+                disks, name, base, base_format,
+                CONF.libvirt.images_rbd_ceph_conf, CONF.libvirt.rbd_user)
+
+        return upload()
 
     def resize_image(self, size: int) -> None:
         vol = self._volume()
@@ -141,6 +171,12 @@ class LibvirtStorage(imagebackend.Image):
             pool.undefine()
 
     def get_model(self, connection: Any) -> Any:
+        if self.pool_type == 'logical':
+            return imgmodel.LocalBlockImage(self.path)
+        if self.pool_type == 'rbd':
+            pool, _sep, name = self.path.partition('/')
+            return imgmodel.RBDImage(name, pool, CONF.libvirt.rbd_user,
+                                     None, [])
         fmt = (imgmodel.FORMAT_QCOW2 if self.volume_format == 'qcow2'
                else imgmodel.FORMAT_RAW)
         return imgmodel.LocalFileImage(self.path, fmt)
@@ -150,12 +186,38 @@ class LibvirtStorage(imagebackend.Image):
         stock = super().libvirt_info(cache_mode, extra_specs,
                                      boot_order=boot_order,
                                      disk_unit=disk_unit)
+        if self.pool_type == 'rbd':
+            return self._rbd_network_disk(stock)
         disk = config.LibvirtConfigGuestVolumeDisk()
         disk.__dict__.update(stock.__dict__)
         disk.source_type = 'volume'
         disk.source_path = None
         disk.source_pool = self.pool_name
         disk.source_volume = self.volume_name
+        return disk
+
+    def _rbd_network_disk(self, disk: Any) -> Any:
+        """The rbd volume as the network disk qemu opens.
+
+        libvirt 9.0 refuses ``<disk type='volume'>`` on rbd pools ("using
+        'rbd' pools for backing 'volume' disks isn't yet supported"), so the
+        disk names the volume's image with the monitors and cephx auth read
+        from the pool's own definition: the pool stays the one place that
+        says where the storage is.
+        """
+        source = pools_mod.pool_source(self.pools.get(self.pool_name))
+        disk.source_type = 'network'
+        disk.source_protocol = 'rbd'
+        disk.source_path = None
+        disk.source_name = self.path
+        disk.source_hosts = [h.rpartition(':')[0] or h
+                             for h in source.hosts]
+        disk.source_ports = [h.rpartition(':')[2] if ':' in h else None
+                             for h in source.hosts]
+        if source.auth_user:
+            disk.auth_username = source.auth_user
+            disk.auth_secret_type = 'ceph'
+            disk.auth_secret_uuid = source.auth_secret_uuid
         return disk
 
     @staticmethod

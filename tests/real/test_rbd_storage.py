@@ -1,0 +1,169 @@
+"""Real: LibvirtStorage's rbd variant on the throwaway Ceph cluster.
+
+Real: the session's libvirtd with its rbd storage backend, the one-node Ceph
+cluster of :mod:`tests.real.ceph` (memstore, no cephx), qemu-img writing the
+template through qemu's rbd driver, the ``rbd`` CLI, and a domain booted
+from the ``<disk type='volume'>`` the backend generates. Fake: the image
+service (a local file served by IMAGE_API.get/download) and the driver's
+own libvirt connection for domains (LibvirtFixture); the storage pools use
+the real daemon. What happened in Ceph is read with the ``rbd`` CLI, data
+by checksum (``rbd export``).
+"""
+
+import hashlib
+import subprocess
+import uuid
+from unittest import mock
+
+import libvirt
+import pytest
+from lxml import etree
+from nova import objects
+from nova.virt.libvirt import driver as stock_driver
+from oslo_concurrency import processutils
+
+from nova_imgtype import exception
+from nova_imgtype.virt.libvirt import pools
+from nova_imgtype.virt.libvirt import storage
+from tests.real import fixtures as real
+from tests.real.test_libvirt_storage import _boot_disk
+from tests.real.test_libvirt_storage import _guest_xml
+from tests.real.test_native_images import MiB
+from tests.real.test_native_images import conf  # noqa: F401
+from tests.real.test_native_images import driver  # noqa: F401
+from tests.real.test_native_images import glance  # noqa: F401
+
+objects.register_all()
+IMAGE_SIZE = 32 * MiB
+
+
+@pytest.fixture
+def rbd_driver(driver, conf, libvirt_conn, ceph_cluster,  # noqa: F811
+               libvirt_tmp_path):
+    conf.config(instances_path=str(libvirt_tmp_path / 'instances'))
+    drv = driver(images_type='rbd', images_rbd_pool=ceph_cluster.pool,
+                 images_rbd_ceph_conf=ceph_cluster.conf,
+                 images_type_mapping='qcow2:qcow2', use_storage_pools=True)
+    drv._pools = drv.image_backend.pools = pools.StoragePools(
+        lambda: libvirt_conn)
+    specs = pools.host_specs(conf.conf, drv._resolver.pool_backends())
+    # nova-disks-pool is the rbd pool of images_type; the mapping's qcow2
+    # needs the dir pool nova-disks-pool-dir.
+    assert [(s.name, s.type) for s in specs] == [
+        (pools.BASE_POOL, 'dir'), (pools.DISKS_POOL, 'rbd'),
+        (pools.DISKS_POOL + '-dir', 'dir')]
+    made = [drv._pools.ensure(spec) for spec in specs]
+    yield drv
+    for pool in made:
+        pool.destroy()
+        pool.undefine()
+    ceph_cluster.purge()
+
+
+def _volume_disk_xml(vol):
+    return ("<disk type='volume' device='disk'><driver name='qemu' "
+            "type='raw'/><source pool='%s' volume='%s'/>"
+            "<target dev='vda' bus='virtio'/></disk>" % (pools.DISKS_POOL,
+                                                          vol))
+
+
+def _rbd_head_sha256(cluster, image, length):
+    """sha256 of the first ``length`` bytes of an rbd image's data."""
+    data = subprocess.run(
+        ['rbd', '-c', cluster.conf, 'export', '--no-progress',
+         cluster.image_spec(image), '-'],
+        check=True, capture_output=True).stdout
+    return hashlib.sha256(data[:length]).hexdigest()
+
+
+@pytest.fixture
+def raw_image(tmp_path, glance):  # noqa: F811
+    image_id = str(uuid.uuid4())
+    path = str(tmp_path / 'img.raw')
+    chunks = real.make_image(path, 'raw', IMAGE_SIZE)
+    glance[image_id] = (path, 'raw')
+    return image_id, real.sha256_of_chunks(IMAGE_SIZE, chunks)
+
+
+def test_rbd_template_upload_clone_resize_boot_delete(
+        rbd_driver, raw_image, ceph_cluster, libvirt_conn, kvm_available):
+    image_id, digest = raw_image
+    inst, disk = _boot_disk(rbd_driver, image_id, 'raw')
+
+    assert isinstance(disk, storage.LibvirtStorage)
+    assert inst.system_metadata['imgtype_pool'] == pools.DISKS_POOL
+    vol = pools.volume_name(inst.uuid, 'disk')
+    assert disk.path == '%s/%s' % (ceph_cluster.pool, vol)
+    # The template was uploaded once, whole (no .part left), with the
+    # image's data; the disk is an RBD clone of it.
+    templates = [i for i in ceph_cluster.images()
+                 if i.startswith(pools.RBD_TEMPLATE_PREFIX)]
+    assert len(templates) == 1 and not templates[0].endswith('.part')
+    assert _rbd_head_sha256(ceph_cluster, templates[0], IMAGE_SIZE) == digest
+    info = ceph_cluster.rbd_json('info', ceph_cluster.image_spec(vol))
+    assert info['parent']['image'] == templates[0]
+    assert info['size'] == 64 * MiB          # the size asked, not the image's
+    assert _rbd_head_sha256(ceph_cluster, vol, IMAGE_SIZE) == digest
+
+    # libvirt 9.0 boots no <disk type='volume'> of an rbd pool: the guest
+    # gets the network disk, its monitors read from the pool.
+    with pytest.raises(libvirt.libvirtError, match="'rbd' pools"):
+        real.start_domain(libvirt_conn, 'rbdvol-' + inst.uuid[:8],
+                          [_volume_disk_xml(vol)], kvm=kvm_available)
+    xml = etree.fromstring(_guest_xml(disk))
+    assert xml.get('type') == 'network'
+    source = xml.find('source')
+    assert (source.get('protocol'), source.get('name')) == (
+        'rbd', '%s/%s' % (ceph_cluster.pool, vol))
+    assert source.find('host').attrib == {
+        'name': ceph_cluster.mon_host, 'port': str(ceph_cluster.mon_port)}
+    dom = real.start_domain(libvirt_conn, 'rbd-' + inst.uuid[:8],
+                            [_guest_xml(disk)], kvm=kvm_available)
+    try:
+        assert dom.isActive()
+    finally:
+        real.destroy_domain(dom)
+
+    # Resize grows the volume.
+    disk.resize_image(128 * MiB)
+    assert ceph_cluster.rbd_json(
+        'info', ceph_cluster.image_spec(vol))['size'] == 128 * MiB
+
+    # A second instance of the image clones the same template: no upload.
+    other, other_disk = _boot_disk(rbd_driver, image_id, 'raw')
+    assert [i for i in ceph_cluster.images()
+            if i.startswith(pools.RBD_TEMPLATE_PREFIX)] == templates
+    assert other_disk.exists()
+
+    # Delete removes every volume of the instance, and nothing else.
+    with mock.patch.object(stock_driver.LibvirtDriver, '_cleanup'):
+        rbd_driver._cleanup(None, inst, None, cleanup_instance_disks=True)
+    assert vol not in ceph_cluster.images()
+    assert not disk.exists()
+    assert other_disk.exists()
+    assert templates[0] in ceph_cluster.images()
+
+
+def test_failed_template_upload_leaves_nothing(rbd_driver, raw_image,
+                                               ceph_cluster):
+    image_id, _ = raw_image
+    real_execute = processutils.execute
+
+    def rename_fails(*cmd, **kwargs):
+        if cmd[:2] == ('rbd', 'rename'):
+            raise processutils.ProcessExecutionError(
+                'injected', cmd=' '.join(cmd))
+        return real_execute(*cmd, **kwargs)
+
+    # The failure is injected after qemu-img wrote the whole .part image.
+    with mock.patch.object(processutils, 'execute',
+                           side_effect=rename_fails):
+        with pytest.raises(exception.VolumeCreateFailed) as e:
+            _boot_disk(rbd_driver, image_id, 'raw')
+    assert pools.DISKS_POOL in str(e.value)
+    assert pools.RBD_TEMPLATE_PREFIX in str(e.value)
+    assert ceph_cluster.images() == []
+    # The next build uploads it whole.
+    inst, disk = _boot_disk(rbd_driver, image_id, 'raw')
+    assert disk.exists()
+    assert len(ceph_cluster.images()) == 2
