@@ -328,3 +328,62 @@ class StoragePoolsTest(base.ImgtypeServersTestBase):
         for server in (resized, shelved):
             self._delete_server(server)
             self.assertEqual([], self._instance_volumes(server))
+
+    def test_ephemeral_and_swap_disks_are_volumes(self) -> None:
+        # Made as stock makes them (mkfs'd ephemeral template, mkswap'd swap
+        # template in the cache), then a volume on top of each.
+        self.start_compute('compute1', images_type='qcow2',
+                           flags={'libvirt': {'use_storage_pools': True}})
+        flavor = self._create_flavor(memory_mb=512, vcpu=1, disk=1,
+                                     ephemeral=1, swap=16)
+        image = self.create_image('qcow2', size_mb=4)
+        server = self.boot_server(image['id'], host='compute1',
+                                  flavor_id=flavor)
+        self.assertEqual(
+            [pools.volume_name(server['id'], n)
+             for n in ('disk', 'disk.eph0', 'disk.swap')],
+            self._instance_volumes(server))
+        eph = self._volume_info(server, 'disk.eph0')
+        self.assertEqual(1024 ** 3, eph['virtual-size'])
+        eph_base = eph['full-backing-filename']
+        self.assertEqual(self.base_dir, os.path.dirname(eph_base))
+        with open(eph_base, 'rb') as f:
+            f.seek(1024 + 56)  # ext2/3/4 superblock magic
+            self.assertEqual(b'\x53\xef', f.read(2))
+        swap = self._volume_info(server, 'disk.swap')
+        self.assertEqual(os.path.join(self.base_dir, 'swap_16'),
+                         swap['full-backing-filename'])
+        xml = etree.fromstring(self.guest_xml[server['id']])
+        self.assertEqual(
+            ['volume'] * 3,
+            [d.get('type') for d in xml.findall('devices/disk')
+             if d.get('device') == 'disk'])
+        self.assertFalse(os.path.exists(self.instance_path(server,
+                                                           'disk.eph0')))
+
+        self._delete_server(server)
+        self.assertEqual([], self._instance_volumes(server))
+
+    def test_raw_images_type_makes_copies_on_the_pool(self) -> None:
+        self.start_compute('compute1', images_type='raw',
+                           flags={'libvirt': {'use_storage_pools': True}})
+        image = self.create_image('qcow2', size_mb=4)
+        server = self.boot_server(image['id'], host='compute1')
+        info = self._volume_info(server)
+        # A standalone raw copy of the (converted) image, grown to the
+        # flavor's root disk.
+        self.assertEqual('raw', info['format'])
+        self.assertNotIn('backing-filename', info)
+        self.assertEqual(1024 ** 3, info['virtual-size'])
+        vol = self._disks_pool().storageVolLookupByName(
+            pools.volume_name(server['id'], 'disk'))
+        self.assertEqual(base.IMAGE_MARKER, self.guest_head(vol.path()))
+        self.assertEqual('raw', self._storage_backend(server))
+        self._delete_server(server)
+        self.assertEqual([], self._instance_volumes(server))
+
+    def _storage_backend(self, server: dict[str, Any]) -> str:
+        inst = objects.Instance.get_by_uuid(
+            self.ctxt, server['id'], expected_attrs=['system_metadata'])
+        backend: str = inst.system_metadata['imgtype_backend']
+        return backend
