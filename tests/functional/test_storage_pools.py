@@ -387,3 +387,48 @@ class StoragePoolsTest(base.ImgtypeServersTestBase):
             self.ctxt, server['id'], expected_attrs=['system_metadata'])
         backend: str = inst.system_metadata['imgtype_backend']
         return backend
+
+    def test_config_drive_kernel_and_ramdisk_are_volumes(self) -> None:
+        self.start_compute('compute1', images_type='qcow2',
+                           flags={'libvirt': {'use_storage_pools': True}})
+        kernel = self.create_image('raw', container_format='aki')
+        ramdisk = self.create_image('raw', container_format='ari')
+        image = self.create_image('qcow2', size_mb=4, properties={
+            'kernel_id': kernel['id'], 'ramdisk_id': ramdisk['id']})
+        self.flags(force_config_drive=True)
+        server = self.boot_server(image['id'], host='compute1')
+        names = ('disk', 'disk.config', 'kernel', 'ramdisk')
+        self.assertEqual(sorted(pools.volume_name(server['id'], n)
+                                for n in names),
+                         self._instance_volumes(server))
+        pool = self._disks_pool()
+        # The config drive is the ISO stock built, imported into the pool;
+        # no copy is left in the instance directory.
+        config = pool.storageVolLookupByName(
+            pools.volume_name(server['id'], 'disk.config'))
+        with open(config.path(), 'rb') as f:
+            f.seek(0x8001)
+            self.assertEqual(b'CD001', f.read(5))
+        self.assertFalse(os.path.exists(self.instance_path(server,
+                                                           'disk.config')))
+        xml = etree.fromstring(self.guest_xml[server['id']])
+        cdrom = [d for d in xml.findall('devices/disk')
+                 if d.get('device') == 'cdrom'][0]
+        self.assertEqual('volume', cdrom.get('type'))
+        self.assertEqual(pools.volume_name(server['id'], 'disk.config'),
+                         cdrom.find('source').get('volume'))
+        # <kernel> and <initrd> are the volumes' files, with the images'
+        # bytes.
+        for tag, name, img in (('kernel', 'kernel', kernel),
+                               ('initrd', 'ramdisk', ramdisk)):
+            vol = pool.storageVolLookupByName(
+                pools.volume_name(server['id'], name))
+            self.assertEqual(vol.path(), xml.findtext('os/' + tag))
+            with open(vol.path(), 'rb') as f, \
+                    open(self.image_files[img['id']], 'rb') as g:
+                self.assertEqual(g.read(), f.read())
+        self.assertFalse(os.path.exists(self.instance_path(server,
+                                                           'kernel')))
+
+        self._delete_server(server)
+        self.assertEqual([], self._instance_volumes(server))

@@ -387,6 +387,38 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                 lambda disk: (disk.startswith(uuid) and
                               disk.endswith('.rescue')))
 
+    def _get_guest_config(self, instance: objects.Instance,
+                          network_info: Any, image_meta: Any,
+                          disk_info: Any, rescue: Any = None,
+                          block_device_info: Any = None,
+                          context: Any = None, mdevs: Any = None,
+                          accel_info: Any = None, share_info: Any = None,
+                          old_guest: Any = None) -> Any:
+        guest = super()._get_guest_config(
+            instance, network_info, image_meta, disk_info, rescue=rescue,
+            block_device_info=block_device_info, context=context,
+            mdevs=mdevs, accel_info=accel_info, share_info=share_info,
+            old_guest=old_guest)
+        if self._resolver.decision_for(instance).storage == \
+                resolver_mod.POOLS:
+            self._point_at_kernel_volumes(instance, guest)
+        return guest
+
+    def _point_at_kernel_volumes(self, instance: objects.Instance,
+                                 guest: Any) -> None:
+        """Stock writes ``<instance dir>/kernel[.rescue]`` (and ramdisk)
+        into the guest; a pool instance's kernel and ramdisk are volumes of
+        its dir pool."""
+        for attr in ('os_kernel', 'os_initrd'):
+            path = getattr(guest, attr, None)
+            if not path or os.path.basename(path).split('.')[0] not in (
+                    'kernel', 'ramdisk'):
+                continue
+            disk = self.image_backend.by_name(
+                instance, os.path.basename(path), 'raw')
+            if not disk.is_file_in_instance_path():
+                setattr(guest, attr, disk.path)
+
     def _cleanup_resize(self, context: Any, instance: objects.Instance,
                         network_info: Any) -> None:
         with self.image_backend.scope(instance):

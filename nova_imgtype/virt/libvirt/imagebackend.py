@@ -36,6 +36,10 @@ _SCOPED_INSTANCE: contextvars.ContextVar[objects.Instance | None] = (
 # backend: kernel and ramdisk are raw, config drives follow
 # _get_disk_config_image_type() (rbd on rbd hosts, raw elsewhere).
 _STOCK_TYPED_DISKS = ('kernel', 'ramdisk', 'disk.config')
+# Of those, on a pool instance: raw volumes of its pool. A kernel and a
+# ramdisk must be local files for <kernel>/<initrd>: volumes of a dir pool
+# only (elsewhere they stay stock files in the instance directory).
+_CONFIG_DISK = 'disk.config'
 
 
 class Backend(imagebackend.Backend):
@@ -85,8 +89,8 @@ class Backend(imagebackend.Backend):
     def by_name(self, instance: objects.Instance, name: str,
                 image_type: str | None = None,
                 disk_info_mapping: Any = None) -> Any:
+        decision = self._resolver.decision_for(instance)
         if self._follows_instance(name, image_type):
-            decision = self._resolver.decision_for(instance)
             if decision.storage == resolver_mod.POOLS:
                 return storage.LibvirtStorage(
                     instance=instance, disk_name=name,
@@ -94,9 +98,24 @@ class Backend(imagebackend.Backend):
                     volume_format=storage.VOLUME_FORMATS[decision.backend],
                     pool_name=decision.pool)
             image_type = decision.backend
+        elif (decision.storage == resolver_mod.POOLS and
+                self._raw_volume_on_pool(name, decision.pool)):
+            return storage.LibvirtStorage(
+                instance=instance, disk_name=name,
+                disk_info_mapping=disk_info_mapping, pools=self.pools,
+                volume_format='raw', pool_name=decision.pool)
         return self.backend(image_type)(
             instance=instance, disk_name=name,
             disk_info_mapping=disk_info_mapping)
+
+    def _raw_volume_on_pool(self, name: str, pool: str) -> bool:
+        """Whether a stock-typed disk of a pool instance is a volume."""
+        base = os.path.basename(name)
+        if base.startswith(_CONFIG_DISK):
+            return True
+        if base.startswith(('kernel', 'ramdisk')) and self.pools is not None:
+            return pools_mod.pool_type(self.pools.get(pool)) == 'dir'
+        return False
 
     def by_libvirt_path(self, instance: objects.Instance, path: str,
                         image_type: str | None = None) -> Any:

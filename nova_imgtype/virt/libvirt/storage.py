@@ -148,6 +148,17 @@ class LibvirtStorage(imagebackend.Image):
 
         return upload()
 
+    def import_file(self, instance: Any, local_file: str,
+                    remote_name: str) -> None:
+        """Import a local file (a config drive) as this volume.
+
+        Like stock's rbd backend, the local copy is removed once imported:
+        the volume is the disk.
+        """
+        self.pools.import_file(self.pools.get(self.pool_name),
+                               self.volume_name, local_file)
+        os.unlink(local_file)
+
     def resize_image(self, size: int) -> None:
         vol = self._volume()
         if vol is not None and vol.info()[1] < size:
