@@ -3,7 +3,9 @@
 from oslo_config import cfg
 
 from nova_imgtype.conf import libvirt
+from nova_imgtype.conf import scheduler
 
 
 def list_opts() -> list[tuple[cfg.OptGroup, list[cfg.Opt]]]:
-    return [(group, opts) for group, opts in libvirt.list_opts().items()]
+    return [(group, opts) for module in (libvirt, scheduler)
+            for group, opts in module.list_opts().items()]

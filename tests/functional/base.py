@@ -75,7 +75,7 @@ assert not any(isinstance(v, mock.Mock) for v in _REAL.values()), (
     'tests.functional.base imported while Nova is patched')
 
 #: Glance disk_format -> qemu-img format name, where they differ.
-_QEMU_FORMAT = {'vhd': 'vpc'}
+_QEMU_FORMAT = {'vhd': 'vpc', 'ploop': 'parallels'}
 
 #: Written at offset 0 of every image :meth:`create_image` makes, so a test
 #: can check that the bytes on disk came from the image.
@@ -323,12 +323,22 @@ class ImgtypeServersTestBase(libvirt_base.ServersTestBase):
         """
         image_id = str(uuid.uuid4())
         raw = os.path.join(self._image_dir, image_id + '.raw')
-        subprocess.run(['qemu-img', 'create', '-q', '-f', 'raw', raw,
-                        '%dM' % size_mb], check=True)
+        if fmt == 'iso':
+            # A real ISO 9660 image (the format inspector checks), its
+            # system area (the first 32 KiB) starting with the marker.
+            content = os.path.join(self._image_dir, image_id + '.d')
+            os.mkdir(content)
+            with open(os.path.join(content, 'marker'), 'wb') as f:
+                f.write(IMAGE_MARKER)
+            subprocess.run(['genisoimage', '-quiet', '-o', raw, content],
+                           check=True)
+        else:
+            subprocess.run(['qemu-img', 'create', '-q', '-f', 'raw', raw,
+                            '%dM' % size_mb], check=True)
         with open(raw, 'r+b') as f:
             f.write(IMAGE_MARKER)
         path = raw
-        if fmt != 'raw':
+        if fmt not in ('raw', 'iso'):
             path = os.path.join(self._image_dir, '%s.%s' % (image_id, fmt))
             subprocess.run(['qemu-img', 'convert', '-q', '-f', 'raw', '-O',
                             _QEMU_FORMAT.get(fmt, fmt), raw, path],

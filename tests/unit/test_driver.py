@@ -64,12 +64,38 @@ def test_stock_loader_finds_the_driver(make_driver):
 
 def test_capabilities_follow_the_mapping(make_driver, conf):
     conf.config(force_raw_images=False)
-    drv = make_driver(images_type='rbd')
+    drv = make_driver(images_type='rbd', use_storage_pools=False)
     assert drv.capabilities['supports_image_type_qcow2'] is False
     drv = make_driver(images_type='rbd', images_type_mapping='qcow2:qcow2')
     assert drv.capabilities['supports_image_type_qcow2'] is True
     assert drv.capabilities['supports_image_type_raw'] is True
     assert drv.capabilities['supports_image_type_vmdk'] is False
+
+
+def test_native_traits_follow_the_config_of_the_start(make_driver, conf):
+    conf.config(force_raw_images=True)
+    conf.config(image_type_exclude_list=['iso'], group='compute')
+    drv = make_driver(images_type='flat', use_storage_pools=False,
+                      images_type_mapping='qcow2:qcow2')
+    tree = provider_tree.ProviderTree()
+    tree.new_root('host1', uuid.uuid4())
+    with mock.patch.object(STOCK, 'update_provider_tree'):
+        drv.update_provider_tree(tree, 'host1')
+    traits = tree.data('host1').traits
+    assert {'CUSTOM_IMGTYPE_NATIVE_QCOW2', 'CUSTOM_IMGTYPE_NATIVE_RAW'} <= (
+        traits)
+    assert 'CUSTOM_IMGTYPE_NATIVE_VMDK' not in traits     # converted
+    assert 'CUSTOM_IMGTYPE_NATIVE_ISO' not in traits      # excluded
+    # A config change is seen at the next start, not in between.
+    conf.config(images_type_mapping='', group='libvirt')
+    with mock.patch.object(STOCK, 'update_provider_tree'):
+        drv.update_provider_tree(tree, 'host1')
+    assert 'CUSTOM_IMGTYPE_NATIVE_QCOW2' in tree.data('host1').traits
+    drv = make_driver(images_type='flat', use_storage_pools=False)
+    with mock.patch.object(STOCK, 'update_provider_tree'):
+        drv.update_provider_tree(tree, 'host1')
+    assert 'CUSTOM_IMGTYPE_NATIVE_QCOW2' not in tree.data('host1').traits
+    assert 'CUSTOM_IMGTYPE_NATIVE_RAW' in tree.data('host1').traits
 
 
 def test_init_host_refuses_a_backend_the_host_cannot_serve(make_driver):

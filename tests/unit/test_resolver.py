@@ -35,12 +35,20 @@ def test_mapped_format_is_native(conf, resolver):
 
 def test_unmapped_format_is_converted_to_images_type(conf, resolver):
     conf.config(images_type='flat', images_type_mapping='raw:rbd',
-                group='libvirt')
+                use_storage_pools=False, group='libvirt')
     d = resolver.decide('qcow2')
     assert d.backend == 'flat' and not d.is_native('qcow2')
     assert resolver.plan('qcow2').converted
     assert not resolver.plan('iso').converted
     conf.config(force_raw_images=False)
+    assert not resolver.plan('qcow2').converted
+    assert resolver.native_formats() >= {'qcow2', 'raw', 'iso'}
+    # A raw pool volume is a conversion when it is made (createXMLFrom);
+    # a qcow2 one is an overlay on the image as it is.
+    conf.config(use_storage_pools=True, group='libvirt')
+    assert resolver.plan('qcow2').converted
+    assert 'qcow2' not in resolver.native_formats()
+    conf.config(images_type='qcow2', group='libvirt')
     assert not resolver.plan('qcow2').converted
 
 
@@ -81,12 +89,32 @@ def test_legacy_instance_follows_config(conf, resolver):
 
 
 def test_supported_formats_follow_the_mapping(conf, resolver):
-    conf.config(images_type='rbd', group='libvirt')
+    conf.config(images_type='rbd', use_storage_pools=False, group='libvirt')
     conf.config(force_raw_images=False)
     assert 'qcow2' not in resolver.supported_formats()
+    assert 'vmdk' not in resolver.supported_formats()
     conf.config(images_type_mapping='qcow2:qcow2', group='libvirt')
     assert 'qcow2' in resolver.supported_formats()
     assert 'ploop' not in resolver.supported_formats()
+
+
+@pytest.mark.parametrize('options,formats,not_formats', [
+    # rbd on pools: the volume is made raw from a qcow2 image.
+    ({'images_type': 'rbd', 'use_storage_pools': True}, {'qcow2'},
+     {'vmdk'}),
+    # force_raw_images converts what qemu-img reads.
+    ({'images_type': 'rbd', 'use_storage_pools': False,
+      'force_raw_images': True}, {'qcow2', 'vmdk', 'vdi', 'vhd', 'vhdx'},
+     {'ploop'}),
+    ({'images_type': 'qcow2', 'virt_type': 'parallels'}, {'ploop'}, set()),
+])
+def test_supported_formats_follow_pools_conversion_and_virt_type(
+        conf, resolver, options, formats, not_formats):
+    conf.config(force_raw_images=options.pop('force_raw_images', False))
+    conf.config(group='libvirt', **options)
+    supported = resolver.supported_formats()
+    assert formats <= supported and not (not_formats & supported)
+    assert {'raw', 'iso', 'aki', 'ari', 'ami'} <= supported
 
 
 def test_ensure_served_names_instance_backend_and_reason(conf, resolver):

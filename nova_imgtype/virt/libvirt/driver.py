@@ -17,7 +17,6 @@ import os
 import re
 from typing import Any
 
-import os_traits
 from nova import context as nova_context
 from nova import exception as nova_exception
 from nova import objects
@@ -42,6 +41,7 @@ from oslo_utils import uuidutils
 
 import nova_imgtype.conf
 from nova_imgtype import exception
+from nova_imgtype import traits
 from nova_imgtype.virt.libvirt import backends
 from nova_imgtype.virt.libvirt import imagebackend
 from nova_imgtype.virt.libvirt import imagecache
@@ -52,17 +52,9 @@ from nova_imgtype.virt.libvirt import resolver as resolver_mod
 LOG = logging.getLogger(__name__)
 CONF: cfg.ConfigOpts = nova_imgtype.conf.CONF
 
-#: Custom trait prefix: one trait per image backend this host can serve, so
-#: that a move can be refused before anything is touched.
-BACKEND_TRAIT_PREFIX = 'IMGTYPE_BACKEND_'
 
 #: Legacy instance disk files that move into nova-disks-pool.
 _MOVABLE_DISK = re.compile(r'^disk(\.local|\.swap|\.eph\d+)?$')
-
-
-def backend_trait(backend: str) -> str:
-    """The custom trait saying a host can serve ``backend``."""
-    return os_traits.normalize_name(BACKEND_TRAIT_PREFIX + backend)
 
 
 class LibvirtDriver(libvirt_driver.LibvirtDriver):
@@ -90,12 +82,19 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
     # -- host ---------------------------------------------------------------
 
     def _update_image_type_capabilities(self) -> None:
-        """Report image-format capabilities that follow the mapping."""
+        """Report image-format capabilities that follow the mapping, and
+        decide our custom traits, from the config nova-compute started
+        with (as stock's capabilities are)."""
         supported = self._resolver.supported_formats()
         for fmt in mapping_mod.SOURCE_FORMATS:
             key = 'supports_image_type_%s' % fmt
             if key in virt_driver.CAPABILITY_TRAITS_MAP:
                 self.capabilities[key] = fmt in supported
+        excluded = set(CONF.compute.image_type_exclude_list)
+        self._custom_traits = frozenset(
+            {traits.backend_trait(b) for b in self.served_backends()} |
+            {traits.native_trait(f) for f in self._resolver.native_formats()
+             if f not in excluded})
 
     def init_host(self, host: str) -> None:
         # Raises InvalidImagesTypeMapping naming the entry: nova-compute
@@ -136,10 +135,13 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                              allocations: Any = None) -> None:
         super().update_provider_tree(provider_tree, nodename,
                                      allocations=allocations)
-        wanted = {backend_trait(b) for b in self.served_backends()}
-        prefix = os_traits.CUSTOM_NAMESPACE + BACKEND_TRAIT_PREFIX
+        # COMPUTE_IMAGE_TYPE_* follow self.capabilities (the resource
+        # tracker adds and removes them); our custom ones are set here,
+        # stale ones (after a config change) removed.
+        wanted = set(self._custom_traits)
         stale = {t for t in provider_tree.data(nodename).traits
-                 if t.startswith(prefix)} - wanted
+                 if traits.ours(t, traits.BACKEND_PREFIX) or
+                 traits.ours(t, traits.NATIVE_PREFIX)} - wanted
         if stale:
             provider_tree.remove_traits(nodename, *stale)
         provider_tree.add_traits(nodename, *wanted)
@@ -483,10 +485,10 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
             context, instance.migration_context.migration_id)
         node = objects.ComputeNode.get_by_host_and_nodename(
             context, migration.dest_compute, migration.dest_node)
-        traits = report.report_client_singleton().get_provider_traits(
+        node_traits = report.report_client_singleton().get_provider_traits(
             context, node.uuid).traits
-        prefix = os_traits.CUSTOM_NAMESPACE + BACKEND_TRAIT_PREFIX
-        if not any(t.startswith(prefix) for t in traits):
+        if not any(traits.ours(t, traits.BACKEND_PREFIX)
+                   for t in node_traits):
             LOG.warning('Destination %s reports no image backends; it does '
                         'not run nova-imgtype and will treat this instance '
                         'as its images_type', migration.dest_compute,
@@ -495,7 +497,8 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
         needed = [decision.backend]
         if decision.storage == resolver_mod.POOLS:
             needed.append(resolver_mod.STORAGE_BACKEND)
-        missing = [b for b in needed if backend_trait(b) not in traits]
+        missing = [b for b in needed
+                   if traits.backend_trait(b) not in node_traits]
         if missing:
             reason = _('destination host %(dest)s cannot serve image backend '
                        '%(backend)s of this instance') % {

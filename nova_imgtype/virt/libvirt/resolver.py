@@ -46,6 +46,8 @@ STORAGE_BACKEND = 'libvirt_storage'
 
 #: Glance formats whose bytes are a raw disk: stock never converts them.
 RAW_FORMATS = frozenset(('raw', 'ami', 'ari', 'aki', 'iso'))
+#: Formats qemu-img converts to raw under ``force_raw_images``.
+CONVERTIBLE_FORMATS = frozenset(('vmdk', 'vdi', 'vhd', 'vhdx'))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,9 +150,13 @@ class BackendResolver:
             converted = False
         else:
             # Stock: fetch_to_raw converts anything but raw when
-            # force_raw_images is set, and nothing otherwise.
-            converted = (disk_format not in RAW_FORMATS and
-                         self._conf.force_raw_images)
+            # force_raw_images is set, and nothing otherwise; a raw volume
+            # of a pool is converted when it is made (createXMLFrom,
+            # qemu-img into rbd).
+            converted = disk_format not in RAW_FORMATS and (
+                self._conf.force_raw_images or (
+                    decision.storage == POOLS and
+                    decision.backend != 'qcow2'))
         return FormatPlan(disk_format, decision.backend, converted,
                           disk_format in self.mapping, decision.storage)
 
@@ -158,18 +164,29 @@ class BackendResolver:
         """Disk formats this host can boot, following the mapping.
 
         Stock rules for ``images_type`` (lvm and rbd take only raw unless
-        ``force_raw_images`` converts; ploop needs parallels), plus every
-        mapped format.
+        ``force_raw_images`` converts; ploop needs parallels); images that
+        ``force_raw_images`` converts with qemu-img (vmdk, vdi, vhd, vhdx)
+        where it is on; lvm and rbd on storage pools, where libvirt or
+        qemu-img converts to raw when the volume is made, take qcow2 too;
+        and every mapped format.
         """
-        formats = {'aki', 'ari', 'ami', 'raw', 'iso'}
+        formats = set(RAW_FORMATS)
         default = self.default_backend()
-        if not (default in ('rbd', 'lvm') and
-                not self._conf.force_raw_images):
+        force_raw = self._conf.force_raw_images
+        on_pools = self.storage_for(default) == POOLS
+        if force_raw or on_pools or default not in ('rbd', 'lvm'):
             formats.add('qcow2')
+        if force_raw:
+            formats.update(CONVERTIBLE_FORMATS)
         if self._conf.libvirt.virt_type == 'parallels':
             formats.add('ploop')
         formats.update(self.mapping)
         return formats
+
+    def native_formats(self) -> set[str]:
+        """Disk formats this host boots as they are, without conversion."""
+        return {fmt for fmt in self.supported_formats()
+                if not self.plan(fmt).converted}
 
     @staticmethod
     def recorded(instance: objects.Instance) -> BackendDecision | None:

@@ -1,0 +1,116 @@
+"""``nova-imgtype-status upgrade check``: is the cloud ready for the filter?
+
+Like ``nova-status upgrade check`` (oslo.upgradecheck): run it with the
+scheduler's nova.conf (it needs ``[placement]`` credentials) before turning
+``[scheduler]filter_hosts_by_image_type_support`` on, and after upgrading
+compute nodes.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import os_traits
+from nova import exception as nova_exception
+from nova.scheduler.client import report
+from oslo_config import cfg
+from oslo_upgradecheck import upgradecheck
+
+import nova_imgtype.conf
+from nova_imgtype.virt.libvirt import mapping as mapping_mod
+
+CONF: cfg.ConfigOpts = nova_imgtype.conf.CONF
+
+#: Placement microversion for ``required=in:`` (any-of) trait queries.
+PLACEMENT_VERSION = '1.39'
+
+
+def _providers(client: Any, query: str) -> dict[str, str]:
+    """``{uuid: name}`` of the resource providers matching ``query``."""
+    resp = client.get('/resource_providers?' + query,
+                      version=PLACEMENT_VERSION)
+    if resp.status_code != 200:
+        raise nova_exception.NovaException(
+            'placement answered %s to %s: %s' % (resp.status_code, query,
+                                                 resp.text))
+    return {rp['uuid']: rp['name']
+            for rp in resp.json()['resource_providers']}
+
+
+def nodes_without_image_type_traits(client: Any) -> list[str]:
+    """Names of compute node providers reporting no image-type trait."""
+    nodes = _providers(client, 'required=%s' % os_traits.COMPUTE_NODE)
+    reporting = _providers(client, 'required=%s&required=in:%s' % (
+        os_traits.COMPUTE_NODE,
+        ','.join(os_traits.get_traits('COMPUTE_IMAGE_TYPE_'))))
+    return sorted(name for uuid, name in nodes.items()
+                  if uuid not in reporting)
+
+
+class Checks(upgradecheck.UpgradeCommands):
+    """The checks of ``nova-imgtype-status upgrade check``."""
+
+    def __init__(self, client: Any = None) -> None:
+        self._client = client
+
+    def _placement(self) -> Any:
+        if self._client is None:
+            self._client = report.report_client_singleton()
+        return self._client
+
+    def _check_image_type_traits(self) -> upgradecheck.Result:
+        """Every compute node reports image-type traits to placement.
+
+        A node that does not is never chosen while the request filter is
+        on: failure when it is, warning when not (turning it on would be).
+        """
+        try:
+            missing = nodes_without_image_type_traits(self._placement())
+        except Exception as e:  # noqa: BLE001 - reported, not raised
+            return upgradecheck.Result(
+                upgradecheck.Code.FAILURE,
+                'Could not ask placement for compute node traits: %s' % e)
+        if not missing:
+            return upgradecheck.Result(upgradecheck.Code.SUCCESS)
+        enabled = CONF.scheduler.filter_hosts_by_image_type_support
+        details = (
+            'Compute nodes reporting no COMPUTE_IMAGE_TYPE_* trait: %s. '
+            'They run a driver that reports no image types or an old '
+            'nova-compute, and %s no instance while '
+            '[scheduler]filter_hosts_by_image_type_support is on. Upgrade '
+            'and restart their nova-compute first.' % (
+                ', '.join(missing), 'get' if enabled else 'would get'))
+        code = (upgradecheck.Code.FAILURE if enabled
+                else upgradecheck.Code.WARNING)
+        return upgradecheck.Result(code, details)
+
+    def _check_options(self) -> upgradecheck.Result:
+        """nova-imgtype's options are valid (as far as can be told off the
+        compute node)."""
+        try:
+            mapping = CONF.libvirt.images_type_mapping
+        except (cfg.ConfigFileValueError, ValueError) as e:
+            return upgradecheck.Result(upgradecheck.Code.FAILURE, str(e))
+        try:
+            mapping_mod.check_host(mapping, CONF)
+        except nova_exception.Invalid as e:
+            return upgradecheck.Result(upgradecheck.Code.FAILURE, str(e))
+        return upgradecheck.Result(upgradecheck.Code.SUCCESS)
+
+    _upgrade_checks = (
+        ('Image type traits', _check_image_type_traits),
+        ('nova-imgtype options', _check_options),
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    result: int = upgradecheck.main(
+        CONF, project='nova', upgrade_command=Checks(),
+        argv=list(sys.argv[1:] if argv is None else argv))
+    return result
+
+
+def run() -> None:
+    sys.exit(main())

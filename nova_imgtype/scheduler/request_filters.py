@@ -1,0 +1,83 @@
+"""Request filters: what a scheduling request asks of placement.
+
+Found through the stevedore namespace
+``nova_imgtype.scheduler.request_filters`` and run by stock Nova's
+``nova.scheduler.request_filter.process_reqspec``
+(see :mod:`nova_imgtype.scheduler.filters` for how they get there). Each is
+``filter(context, request_spec) -> bool``: it may add to the request spec and
+returns whether it did anything; it raises ``RequestFilterFailed`` (which the
+scheduler turns into NoValidHost) for a request no host can ever satisfy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nova import exception as nova_exception
+from nova.i18n import _
+from nova.scheduler import request_filter
+from oslo_config import cfg
+from oslo_log import log as logging
+
+import nova_imgtype.conf
+from nova_imgtype import traits
+
+LOG = logging.getLogger(__name__)
+CONF: cfg.ConfigOpts = nova_imgtype.conf.CONF
+
+#: Flavor extra spec: ``required`` asks for hosts using the image natively.
+NATIVE_EXTRA_SPEC = 'imgtype:native'
+
+
+def image_disk_format(request_spec: Any) -> str | None:
+    """The disk_format of the request's image; None when it has none (or
+    the request boots from volume)."""
+    if 'is_bfv' in request_spec and request_spec.is_bfv:
+        return None
+    image = request_spec.image if 'image' in request_spec else None
+    if image is None or not image.obj_attr_is_set('disk_format'):
+        return None
+    disk_format: str | None = image.disk_format
+    return disk_format or None
+
+
+def wants_native(request_spec: Any) -> bool:
+    flavor = request_spec.flavor if 'flavor' in request_spec else None
+    specs = (flavor.extra_specs if flavor is not None and
+             flavor.obj_attr_is_set('extra_specs') else None) or {}
+    return specs.get(NATIVE_EXTRA_SPEC) == 'required'
+
+
+def required_traits(request_spec: Any) -> set[str]:
+    """The traits a host needs for the request's image.
+
+    :raises RequestFilterFailed: the image's disk_format has no trait, so no
+        host can claim to support it.
+    """
+    disk_format = image_disk_format(request_spec)
+    if disk_format is None:
+        return set()
+    trait = traits.image_type_trait(disk_format)
+    if trait is None:
+        raise nova_exception.RequestFilterFailed(
+            reason=_('image disk_format %s has no COMPUTE_IMAGE_TYPE trait: '
+                     'no host reports support for it') % disk_format)
+    wanted = {trait}
+    if wants_native(request_spec):
+        wanted.add(traits.native_trait(disk_format))
+    return wanted
+
+
+@request_filter.trace_request_filter
+def image_type_support(ctxt: Any, request_spec: Any) -> bool:
+    """Require hosts that can use the request's image (toggle:
+    ``[scheduler]filter_hosts_by_image_type_support``)."""
+    if not CONF.scheduler.filter_hosts_by_image_type_support:
+        return False
+    wanted = required_traits(request_spec)
+    if not wanted:
+        return False
+    request_spec.root_required.update(wanted)
+    LOG.debug('image_type_support request filter added required traits %s',
+              ', '.join(sorted(wanted)))
+    return True

@@ -1,0 +1,160 @@
+"""The image-type request filter, its registration in stock Nova, the host
+filter alternative and the ``imgtype`` extra spec validator.
+
+Stock Nova's own code is used as the scheduler uses it:
+``request_filter.process_reqspec``, the scheduler's filter loader
+(``HostFilterHandler.get_matching_classes`` with
+``[filter_scheduler]available_filters``) and the API's extra spec
+``validators`` (loaded through the installed entry points).
+"""
+
+from unittest import mock
+
+import os_traits
+import pytest
+from nova import exception as nova_exception
+from nova import objects
+from nova.api.validation.extra_specs import validators
+from nova.scheduler import filters as nova_filters
+from nova.scheduler import request_filter
+
+from nova_imgtype.scheduler import filters
+from nova_imgtype.scheduler import request_filters
+
+objects.register_all()
+
+
+@pytest.fixture
+def stock_filters():
+    """Nova's request filter list, put back as it was after the test."""
+    saved = list(request_filter.ALL_REQUEST_FILTERS)
+    yield request_filter.ALL_REQUEST_FILTERS
+    request_filter.ALL_REQUEST_FILTERS[:] = saved
+
+
+@pytest.fixture
+def toggle(conf):
+    conf.config(filter_hosts_by_image_type_support=True, group='scheduler')
+    return conf
+
+
+def _spec(disk_format='qcow2', bfv=False, **extra_specs):
+    image = (objects.ImageMeta(disk_format=disk_format)
+             if disk_format else objects.ImageMeta())
+    return objects.RequestSpec(image=image, is_bfv=bfv,
+                               flavor=objects.Flavor(extra_specs=extra_specs))
+
+
+def test_off_by_default(conf):
+    spec = _spec()
+    assert request_filters.image_type_support(None, spec) is False
+    assert spec.root_required == set()
+
+
+@pytest.mark.parametrize('fmt,trait', [
+    ('qcow2', os_traits.COMPUTE_IMAGE_TYPE_QCOW2),
+    ('raw', os_traits.COMPUTE_IMAGE_TYPE_RAW),
+    ('vmdk', os_traits.COMPUTE_IMAGE_TYPE_VMDK),
+    ('ploop', os_traits.COMPUTE_IMAGE_TYPE_PLOOP),
+    ('iso', os_traits.COMPUTE_IMAGE_TYPE_ISO),
+])
+def test_requires_the_image_type(toggle, fmt, trait):
+    spec = _spec(fmt)
+    assert request_filters.image_type_support(None, spec) is True
+    assert spec.root_required == {trait}
+
+
+def test_native_extra_spec_requires_native_use_too(toggle):
+    spec = _spec('qcow2', **{'imgtype:native': 'required'})
+    request_filters.image_type_support(None, spec)
+    assert spec.root_required == {os_traits.COMPUTE_IMAGE_TYPE_QCOW2,
+                                  'CUSTOM_IMGTYPE_NATIVE_QCOW2'}
+    spec = _spec('qcow2', **{'imgtype:native': 'optional'})
+    request_filters.image_type_support(None, spec)
+    assert spec.root_required == {os_traits.COMPUTE_IMAGE_TYPE_QCOW2}
+
+
+@pytest.mark.parametrize('spec', [
+    _spec('qcow2', bfv=True),       # boot from volume: the image is not used
+    _spec(None),                    # no disk_format known
+])
+def test_left_alone(toggle, spec):
+    assert request_filters.image_type_support(None, spec) is False
+    assert spec.root_required == set()
+
+
+def _image_filters(stock_filters):
+    """Nova's image-type request filter and ours, in the order
+    process_reqspec runs them (the others need a whole request spec)."""
+    filters.register_request_filters()
+    return [f for f in stock_filters
+            if f in (request_filter.require_image_type_support,
+                     request_filters.image_type_support)]
+
+
+def test_format_without_a_trait_fails_naming_it(toggle, stock_filters):
+    spec = _spec('danformat')
+    with pytest.raises(nova_exception.RequestFilterFailed,
+                       match='danformat'):
+        for f in _image_filters(stock_filters):
+            f(None, spec)
+
+
+def test_with_upstream_toggle_the_same_as_ours_alone(toggle, stock_filters):
+    ours = _spec('qcow2', **{'imgtype:native': 'required'})
+    for f in _image_filters(stock_filters):
+        f(None, ours)
+    toggle.config(query_placement_for_image_type_support=True,
+                  group='scheduler')
+    both = _spec('qcow2', **{'imgtype:native': 'required'})
+    ran = [f(None, both) for f in _image_filters(stock_filters)]
+    assert ran == [True, True]
+    assert both.root_required == ours.root_required
+
+
+def test_stock_scheduler_loads_it_through_available_filters(stock_filters):
+    """What nova-scheduler does at start with the documented lines."""
+    before = list(stock_filters)
+    classes = nova_filters.HostFilterHandler().get_matching_classes(
+        ['nova.scheduler.filters.all_filters',
+         'nova_imgtype.scheduler.filters.all_filters'])
+    assert filters.ImageTypeSupportFilter in classes
+    assert stock_filters == before + [request_filters.image_type_support]
+    # Loaded again (a second HostManager): registered once.
+    nova_filters.HostFilterHandler().get_matching_classes(
+        ['nova_imgtype.scheduler.filters.all_filters'])
+    assert stock_filters.count(request_filters.image_type_support) == 1
+
+
+def test_request_filters_come_from_the_entry_point_namespace():
+    assert request_filters.image_type_support in (
+        filters.request_filter_plugins())
+
+
+@pytest.mark.parametrize('host_traits,passes', [
+    ({os_traits.COMPUTE_IMAGE_TYPE_QCOW2, 'CUSTOM_IMGTYPE_NATIVE_QCOW2'},
+     True),
+    ({os_traits.COMPUTE_IMAGE_TYPE_QCOW2}, False),    # converts it
+    ({os_traits.COMPUTE_IMAGE_TYPE_RAW}, False),
+])
+def test_host_filter_does_the_same_job_per_host(host_traits, passes):
+    client = mock.Mock()
+    client.get_provider_traits.return_value = mock.Mock(traits=host_traits)
+    host = mock.Mock(uuid='rp-uuid')
+    spec = _spec('qcow2', **{'imgtype:native': 'required'})
+    with mock.patch('nova.scheduler.client.report.report_client_singleton',
+                    return_value=client):
+        assert filters.ImageTypeSupportFilter().host_passes(
+            host, spec) is passes
+    client.get_provider_traits.assert_called_once_with(mock.ANY, 'rp-uuid')
+
+
+def test_extra_spec_validator_is_loaded_by_the_api():
+    validators.load_validators()
+    validators.validate('imgtype:native', 'required')
+    validators.validate('imgtype:native', 'optional')
+    with pytest.raises(nova_exception.ValidationError):
+        validators.validate('imgtype:native', 'always')
+    with pytest.raises(nova_exception.ValidationError,
+                       match='imgtype:nativ'):
+        validators.validate('imgtype:nativ', 'required')
