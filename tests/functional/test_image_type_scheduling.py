@@ -255,3 +255,34 @@ class ImageTypeSchedulingTest(base.ImgtypeServersTestBase):
         self.flags(filter_hosts_by_image_type_support=False,
                    group='scheduler')
         self.assertEqual(1, checks._check_image_type_traits().code)
+
+    def test_rebuild_to_an_unusable_format_is_refused_by_the_driver(
+            self) -> None:
+        self._start('narrow')
+        raw = self.create_image('raw')
+        server = self.boot_server(raw['id'], host='narrow')
+        disk = self.instance_path(server, 'disk')
+        before = base.qemu_img_info(disk)
+        with open(disk, 'rb') as f:
+            head = f.read(4096)
+        qcow2 = self.create_image('qcow2')
+        with self.on_compute('narrow'):
+            # The harness's RPC casts are calls: the compute's refusal comes
+            # back to the API request (in a cloud it is the instance's
+            # fault, and the instance is put back as it was).
+            ex = self.assertRaises(
+                api_client.OpenStackApiException,
+                self.api.post_server_action, server['id'],
+                {'rebuild': {'imageRef': qcow2['id']}})
+            server = self._wait_for_server_parameter(
+                server, {'status': 'ACTIVE', 'OS-EXT-STS:task_state': None})
+        self.assertIn('host narrow cannot use disk_format qcow2', str(ex))
+        # Refused before anything was touched: the same disk, running.
+        self.assertEqual(before, base.qemu_img_info(disk))
+        with open(disk, 'rb') as f:
+            self.assertEqual(head, f.read(4096))
+        # A rebuild to a format it can use goes ahead.
+        raw2 = self.create_image('raw')
+        with self.on_compute('narrow'):
+            server = self._rebuild_server(server, raw2['id'])
+        self.assertEqual(raw2['id'], server['image']['id'])
