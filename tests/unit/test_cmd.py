@@ -1,6 +1,9 @@
 """nova-imgtype check."""
 
 import json
+import os
+import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -74,3 +77,24 @@ def test_hoist_global_opts():
         ['check', '--config-file', 'a', '--format', 'json',
          '--config-dir=d']) == ['--config-file', 'a', '--config-dir=d',
                                 'check', '--format', 'json']
+
+
+def test_status_upgrade_check_cli(tmp_path):
+    """``nova-imgtype-status upgrade check``, the installed console script:
+    with no placement to ask, the traits check fails saying so, and a bad
+    mapping is named by the options check (exit code 2: failure)."""
+    path = _conf(tmp_path, '''
+        [libvirt]
+        images_type_mapping = qcow2:lvm
+    ''')
+    script = os.path.join(os.path.dirname(sys.executable),
+                          'nova-imgtype-status')
+    proc = subprocess.run([script, '--config-file', path, 'upgrade',
+                           'check'], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    out = ' '.join(proc.stdout.replace('|', ' ').split())
+    assert 'Check: Image type traits Result: Failure' in out
+    assert 'Could not ask placement' in out
+    assert 'Check: nova-imgtype options Result: Failure' in out
+    assert "'qcow2:lvm'" in out
