@@ -1,4 +1,6 @@
-"""``python -m benchmarks``: run every benchmark, write results/latest.*"""
+"""``python -m benchmarks [disk] [scheduling]``: run the benchmarks named
+(all by default) and write results/latest.*; results of benchmarks not run
+this time are kept from the previous files."""
 
 from __future__ import annotations
 
@@ -14,8 +16,15 @@ from nova import monkey_patch
 monkey_patch.patch()
 
 from benchmarks import disk_creation  # noqa: E402
+from benchmarks import scheduling  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+#: Command-line name -> (module with run(), the rows' ``benchmark`` label).
+BENCHMARKS = {
+    'disk': (disk_creation, 'disk creation'),
+    'scheduling': (scheduling, 'scheduling'),
+}
 
 
 def machine() -> dict[str, str]:
@@ -37,26 +46,61 @@ def machine() -> dict[str, str]:
     }
 
 
-def to_markdown(info: dict[str, str], rows: list[dict]) -> str:
+def to_markdown(info: dict[str, str], rows: list[dict],
+                measured: dict[str, str] | None = None) -> str:
     lines = ['# nova-imgtype benchmarks', '',
              'Machine: ' + ', '.join('%s %s' % kv for kv in info.items()),
-             '', 'Reproduce with `make bench`.', '',
-             '| image | method | median s | vs stock Qcow2 | cache bytes |',
-             '| --- | --- | ---: | ---: | ---: |']
-    for r in rows:
+             '', 'Reproduce with `make bench` (one benchmark: '
+             '`.venv/bin/python -m benchmarks disk|scheduling`).', '']
+    if measured:
+        lines += ['Measured: ' + ', '.join(
+            '%s %s' % kv for kv in sorted(measured.items())), '']
+    disk = [r for r in rows if r.get('benchmark') == 'disk creation']
+    if disk:
+        lines += ['| image | method | median s | vs stock Qcow2 | '
+                  'cache bytes |', '| --- | --- | ---: | ---: | ---: |']
+    for r in disk:
         lines.append('| %(image)s | %(method)s | %(median_s).4f | '
                      '%(vs_stock_qcow2)s | %(cache_bytes)d |' % r)
-    return '\n'.join(lines) + '\n'
+    sched = [r for r in rows if r.get('benchmark') == 'scheduling']
+    if sched:
+        lines += ['', scheduling.to_markdown(sched)]
+    return '\n'.join(lines).rstrip('\n') + '\n'
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
+    names = argv or list(BENCHMARKS)
+    unknown = sorted(set(names) - set(BENCHMARKS))
+    if unknown:
+        sys.stderr.write('unknown benchmark(s) %s; choose from %s\n'
+                         % (', '.join(unknown), ', '.join(BENCHMARKS)))
+        return 2
     info = machine()
-    rows = disk_creation.run()
     results = os.path.join(HERE, 'results')
     os.makedirs(results, exist_ok=True)
+    try:
+        with open(os.path.join(results, 'latest.json')) as f:
+            previous = json.load(f)
+    except (OSError, ValueError):
+        previous = {}
+    labels = {BENCHMARKS[name][1] for name in names}
+    # Keep what was measured before for the benchmarks not run now.
+    rows = [r for r in previous.get('results', [])
+            if r.get('benchmark') not in labels]
+    before = previous.get('machine', {}).get('date', '')
+    measured = {r['benchmark']: before for r in rows}
+    measured.update(previous.get('measured', {}))
+    for label in labels:
+        measured.pop(label, None)
+    for name in BENCHMARKS:
+        if name in names:
+            module, label = BENCHMARKS[name]
+            rows += module.run()
+            measured[label] = info['date']
     with open(os.path.join(results, 'latest.json'), 'w') as f:
-        json.dump({'machine': info, 'results': rows}, f, indent=2)
-    md = to_markdown(info, rows)
+        json.dump({'machine': info, 'measured': measured, 'results': rows},
+                  f, indent=2)
+    md = to_markdown(info, rows, measured)
     with open(os.path.join(results, 'latest.md'), 'w') as f:
         f.write(md)
     sys.stdout.write(md)
@@ -64,4 +108,4 @@ def main() -> int:
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
