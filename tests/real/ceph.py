@@ -224,10 +224,11 @@ class CephCluster:
                 proc.kill()
         for proc in self.procs.values():
             _wait(proc, 10.0)
-        leftovers = [p for p in _all_pids()
-                     if p != os.getpid() and _runs_for(p, self.base)]
+        leftovers = [p for p in fixtures._all_pids()
+                     if p != os.getpid() and
+                     fixtures._runs_for(p, self.base)]
         for pid in leftovers:
-            _signal(pid, signal.SIGKILL)
+            fixtures._signal(pid, signal.SIGKILL)
         shutil.rmtree(self.base, ignore_errors=True)
 
 
@@ -294,30 +295,6 @@ def _run(cmd: Sequence[StrPath], timeout: float,
     return stdout
 
 
-def _signal(pid: int, sig: int) -> bool:
-    try:
-        os.kill(pid, sig)
-        return True
-    except ProcessLookupError:
-        return False
-
-
-def _all_pids() -> list[int]:
-    return [int(p) for p in os.listdir('/proc') if p.isdigit()]
-
-
-def _runs_for(pid: int, base: str) -> bool:
-    """Whether ``pid`` is a live (not zombie) process run for ``base``."""
-    try:
-        with open('/proc/%d/stat' % pid) as f:
-            if f.read().rsplit(')', 1)[1].split()[0] in ('Z', 'X'):
-                return False
-        with open('/proc/%d/cmdline' % pid, 'rb') as f:
-            return os.fsencode(base + '/') in f.read()
-    except (OSError, IndexError):
-        return False
-
-
 def _free_port(host: str) -> int:
     """A TCP port free on ``host`` right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -352,7 +329,7 @@ def _remove_stale_bases() -> None:
             continue
         pidfiles = glob.glob(os.path.join(base, _PIDS, '*'))
         pids = [fixtures._read_pid(p) for p in pidfiles]
-        if any(p and _runs_for(p, base) for p in pids):
+        if any(p and fixtures._runs_for(p, base) for p in pids):
             continue
         if pidfiles or time.time() - st.st_mtime > STALE_AFTER:
             shutil.rmtree(base, ignore_errors=True)

@@ -610,11 +610,14 @@ def _popen(base: str, cmd: list[str], out_path: str,
 
 
 def _runs_for(pid: int, base: str) -> bool:
-    """Whether ``pid`` is alive and runs a daemon of ``base``."""
+    """Whether ``pid`` is a live (not zombie) process run for ``base``."""
     try:
+        with open('/proc/%d/stat' % pid) as f:
+            if f.read().rsplit(')', 1)[1].split()[0] in ('Z', 'X'):
+                return False
         with open('/proc/%d/cmdline' % pid, 'rb') as f:
             return os.fsencode(base + '/') in f.read()
-    except OSError:
+    except (OSError, IndexError):
         return False
 
 
