@@ -87,3 +87,8 @@ class NotSupportedOnPools(ImgtypeException, nova_exception.Invalid):
     msg_fmt = _("%(operation)s is not supported yet for instance "
                 "%(instance_uuid)s, whose disks are libvirt storage volumes "
                 "([libvirt]use_storage_pools)")
+
+
+class UnknownTemplateImageHandler(ImgtypeException, nova_exception.Invalid):
+    msg_fmt = _('Unknown [image_cache]template_image_handler %(name)r; '
+                'registered handlers: %(known)s')

@@ -167,21 +167,23 @@ def test_fetch_goes_native_only_for_native_formats(make_driver, sysmeta,
     inst = _instance(image_disk_format=fmt, **sysmeta)
     stock_name = nova_imagecache.get_cache_fname(IMAGE_ID)
     with mock.patch.object(STOCK, '_try_fetch_image_cache') as stock, \
-            mock.patch.object(imagecache, 'fetch_native') as fetch_native, \
-            mock.patch('nova.virt.images.fetch_to_raw'):
+            mock.patch.object(drv._template_handler,
+                              'fetch_image') as fetch_image:
         drv._try_fetch_image_cache(mock.sentinel.image,
                                    libvirt_utils.fetch_image, None,
                                    stock_name, IMAGE_ID, inst, 1)
         (_, fetch_func, _, filename, *_), _ = stock.call_args
         fetch_func(None, '/target', IMAGE_ID)
+    # Every template comes through the handler; native ones unconverted
+    # under their own name.
     if native:
         assert filename == imagecache.native_cache_fname(IMAGE_ID, fmt)
-        fetch_native.assert_called_once_with(None, '/target', IMAGE_ID, fmt,
-                                             None)
+        fetch_image.assert_called_once_with(None, IMAGE_ID, '/target', fmt,
+                                            None)
     else:
         assert filename == stock_name
-        assert fetch_func is libvirt_utils.fetch_image
-        fetch_native.assert_not_called()
+        fetch_image.assert_called_once_with(None, IMAGE_ID, '/target', None,
+                                            None)
 
 
 def test_fetch_of_a_native_backing_file_name_stays_native(make_driver):

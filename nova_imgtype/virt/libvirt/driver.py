@@ -48,6 +48,7 @@ from nova_imgtype.virt.libvirt import imagecache
 from nova_imgtype.virt.libvirt import mapping as mapping_mod
 from nova_imgtype.virt.libvirt import pools as pools_mod
 from nova_imgtype.virt.libvirt import resolver as resolver_mod
+from nova_imgtype.virt.libvirt import template_handlers
 
 LOG = logging.getLogger(__name__)
 CONF: cfg.ConfigOpts = nova_imgtype.conf.CONF
@@ -68,11 +69,17 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
         except (cfg.ConfigFileValueError, ValueError) as e:
             LOG.error('Refusing to start: %s', e)
             raise
+        try:
+            self._template_handler = template_handlers.load(
+                CONF.image_cache.template_image_handler)
+        except exception.UnknownTemplateImageHandler as e:
+            LOG.error('Refusing to start: %s', e)
+            raise
         self._pools = pools_mod.StoragePools(self._storage_connection)
         self.image_backend = imagebackend.Backend(
             CONF.use_cow_images, self._resolver, CONF, pools=self._pools)
         self.image_cache_manager = imagecache.ImageCacheManager(
-            self._pool_backing_paths)
+            self._pool_backing_paths, self._template_handler)
         self._update_image_type_capabilities()
         if mapping:
             LOG.info('Image backends per image format: %s; other formats '
@@ -105,6 +112,8 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
             LOG.error('Refusing to start: %s', e)
             raise
         super().init_host(host)
+        self._template_handler.init(os.path.join(
+            CONF.instances_path, CONF.image_cache.subdirectory_name))
         if CONF.libvirt.use_storage_pools:
             # Found again when they exist; a conflicting definition is an
             # error that stops nova-compute, never a silent redefinition.
@@ -240,13 +249,18 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                                context: Any, filename: str, image_id: str,
                                instance: objects.Instance, size: Any,
                                fallback_from_host: Any = None) -> None:
+        if fetch_func is not libvirt_utils.fetch_image:
+            # Kernel, ramdisk (fetch_raw_image) and made-up templates
+            # (ephemeral, swap) stay stock's.
+            return super()._try_fetch_image_cache(
+                image, fetch_func, context, filename, image_id, instance,
+                size, fallback_from_host=fallback_from_host)
         decision = self._resolver.decision_for(instance)
-        disk_format: str | None
-        if (decision.native_formats and
-                fetch_func is libvirt_utils.fetch_image):
+        native: str | None = None
+        if decision.native_formats:
             if imagecache.is_native_cache_fname(filename, image_id):
                 # A backing file name read from a disk: already native.
-                disk_format = filename.rsplit('_', 1)[1]
+                disk_format: str | None = filename.rsplit('_', 1)[1]
             elif filename == nova_imagecache.get_cache_fname(image_id):
                 disk_format = self._image_disk_format(
                     context, instance, image_id)
@@ -254,18 +268,19 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                 disk_format = None
             # A raw image is the same bytes either way: keep stock's file.
             if decision.is_native(disk_format) and disk_format != 'raw':
-                assert disk_format is not None
-
-                def fetch_func(context: Any, target: str, image_id: str,
-                               trusted_certs: Any = None) -> None:
-                    imagecache.fetch_native(context, target, image_id,
-                                            disk_format, trusted_certs)
-
+                native = disk_format
                 filename = imagecache.native_cache_fname(image_id,
-                                                         disk_format)
+                                                         str(disk_format))
+        handler = self._template_handler
+
+        def fetch_template(context: Any, target: str, image_id: str,
+                           trusted_certs: Any = None) -> None:
+            handler.fetch_image(context, image_id, target, native,
+                                trusted_certs)
+
         super()._try_fetch_image_cache(
-            image, fetch_func, context, filename, image_id, instance, size,
-            fallback_from_host=fallback_from_host)
+            image, fetch_template, context, filename, image_id, instance,
+            size, fallback_from_host=fallback_from_host)
 
     def _cleanup(self, context: Any, instance: objects.Instance,
                  network_info: Any, block_device_info: Any = None,

@@ -6,26 +6,24 @@ when ``force_raw_images`` is set. An image an instance uses natively (through
 ``_base/<sha1(image_id)>_<disk_format>``, so that one image cached natively
 and converted on the same host never share a file. Stock's image cache
 manager treats such a name like a resized base: kept while a disk is backed
-by it, removed by the ``[image_cache]`` rules once unused.
+by it, removed by the ``[image_cache]`` rules once unused. How a template
+gets into the cache is the template image handler's job
+(:mod:`nova_imgtype.virt.libvirt.template_handlers`).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Any
 
-from nova import exception
-from nova.i18n import _
-from nova.image import glance
-from nova.virt import images
+from nova import utils
 from nova.virt.libvirt import imagecache
 from oslo_config import cfg
 from oslo_log import log as logging
-from oslo_utils import fileutils
 
 LOG = logging.getLogger(__name__)
 CONF = cfg.CONF
-IMAGE_API = glance.API()
 
 
 def native_cache_fname(image_id: str, disk_format: str) -> str:
@@ -38,73 +36,29 @@ def is_native_cache_fname(filename: str, image_id: str) -> bool:
     return filename.startswith(prefix) and not filename[len(prefix):].isdigit()
 
 
-def fetch_native(context: object, target: str, image_id: str,
-                 disk_format: str, trusted_certs: object = None) -> None:
-    """Download an image into ``target`` without converting it.
-
-    The image passes the same inspection as stock ``fetch_to_raw``: the
-    format inspector must agree with qemu-img and with the image's
-    disk_format, and images with a backing file or a data-file (or unsafe
-    VMDKs) are rejected. The download goes to ``<target>.part`` and is only
-    renamed into place once accepted, so a failure leaves nothing in the
-    cache.
-
-    :raises ImageUnacceptable: naming the image and the reason.
-    """
-    path_tmp = '%s.part' % target
-    with fileutils.remove_path_on_error(path_tmp):
-        images.fetch(context, image_id, path_tmp, trusted_certs)
-        if not CONF.workarounds.disable_deep_image_inspection:
-            img = IMAGE_API.get(context, image_id)
-            inspected = images.do_image_deep_inspection(img, image_id,
-                                                        path_tmp)
-        else:
-            inspected = None
-        data = images.qemu_img_info(path_tmp)
-        fmt = data.file_format
-        for expected in (inspected, disk_format):
-            if expected is not None and fmt != expected:
-                raise exception.ImageUnacceptable(
-                    image_id=image_id,
-                    reason=_('Image content is %(fmt)s, expected %(exp)s') %
-                    {'fmt': fmt, 'exp': expected})
-        if data.backing_file is not None:
-            raise exception.ImageUnacceptable(
-                image_id=image_id,
-                reason=_('fmt=%(fmt)s backed by: %(backing_file)s') %
-                {'fmt': fmt, 'backing_file': data.backing_file})
-        try:
-            data_file = data.format_specific['data']['data-file']
-        except (KeyError, TypeError, AttributeError):
-            data_file = None
-        if data_file is not None:
-            raise exception.ImageUnacceptable(
-                image_id=image_id,
-                reason=_('fmt=%(fmt)s has data-file: %(data_file)s') %
-                {'fmt': fmt, 'data_file': data_file})
-        if fmt == 'vmdk':
-            images.check_vmdk_image(image_id, data)
-        LOG.debug('Caching image %s in its own format %s', image_id, fmt)
-        os.rename(path_tmp, target)
-
-
 class ImageCacheManager(imagecache.ImageCacheManager):
-    """Stock's image cache manager, aware of storage pool volumes.
+    """Stock's image cache manager, aware of storage pool volumes and of
+    the template image handler.
 
     Stock finds the templates in use by running ``qemu-img info`` on each
     ``<instances_path>/<uuid>/disk``. Disks on ``nova-disks-pool`` are not
     there: their templates are read from each volume's ``<backingStore>``
     in libvirt, and a template in use by any volume or legacy disk is never
-    removed. Unused ones go by the stock ``[image_cache]`` rules.
+    removed. Unused ones go by the stock ``[image_cache]`` rules, through the
+    handler's ``remove_image()`` (which releases what holds a linked
+    template); linked templates (symbolic links) are listed like files.
 
     :param pool_backing_paths: returns the template paths the pool volumes
         are backed by; it must raise rather than answer partially, so that
         nothing is removed when libvirt cannot be asked.
+    :param handler: the template image handler.
     """
 
-    def __init__(self, pool_backing_paths: Callable[[], set[str]]) -> None:
+    def __init__(self, pool_backing_paths: Callable[[], set[str]],
+                 handler: Any = None) -> None:
         super().__init__()
         self._pool_backing_paths = pool_backing_paths
+        self._handler = handler
 
     def _list_backing_images(self) -> list[str]:
         in_use: list[str] = super()._list_backing_images()
@@ -114,3 +68,37 @@ class ImageCacheManager(imagecache.ImageCacheManager):
             if path in self.unexplained_images:
                 self.unexplained_images.remove(path)
         return in_use
+
+    def _store_image(self, base_dir: str, ent: str,
+                     original: bool = False) -> None:
+        entpath = os.path.join(base_dir, ent)
+        if os.path.islink(entpath) and not os.path.isfile(entpath):
+            # A template linked to a device.
+            self.unexplained_images.append(entpath)
+            if original:
+                self.originals.append(entpath)
+            return
+        super()._store_image(base_dir, ent, original=original)
+
+    def _remove_base_file(self, base_file: str) -> None:
+        """Remove an unused template, old enough, through the handler."""
+        if self._handler is None:
+            return super()._remove_base_file(base_file)
+        maxage = (
+            CONF.image_cache.remove_unused_original_minimum_age_seconds
+            if base_file in self.originals else
+            CONF.image_cache.remove_unused_resized_minimum_age_seconds)
+        exists, age = self._get_age_of_file(base_file)
+        if not exists or age < maxage:
+            return
+
+        @utils.synchronized(os.path.basename(base_file), external=True,
+                            lock_path=self.lock_path)
+        def remove() -> None:
+            # A new user may have come while we waited for the lock.
+            exists, age = self._get_age_of_file(base_file)
+            if exists and age >= maxage:
+                LOG.info('Removing unused template %s', base_file)
+                self._handler.remove_image(base_file)
+
+        remove()

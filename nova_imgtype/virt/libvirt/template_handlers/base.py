@@ -1,0 +1,74 @@
+"""The contract of a template image handler.
+
+A template is the file of the image cache (``<instances_path>/_base/<name>``)
+that instance disks are made from: copied, converted, or used as the
+backing file of a copy-on-write overlay. How a template comes to be there is
+the handler's business: stock Nova downloads every byte
+(:mod:`.downloading`); a handler may instead link something that already
+holds the image (:mod:`.volume_linking`). The image backends get their
+templates only through the handler selected by
+``[image_cache]template_image_handler``.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+from typing import Any
+
+
+class BaseTemplateImageHandler(abc.ABC):
+    """Prepares, re-prepares and removes the templates of the image cache.
+
+    Every method may be called from several green threads and processes of
+    one host at once; a handler serialises what needs it (an external lock
+    per template) itself.
+    """
+
+    #: The name the handler is registered under in the stevedore namespace
+    #: ``nova_imgtype.template_image_handlers``.
+    name: str = ''
+
+    def init(self, base_dir: str) -> None:  # noqa: B027 - optional hook
+        """Re-prepare the templates after nova-compute (re)started.
+
+        Called once from ``init_host``, before any instance is started. A
+        handler whose templates do not survive a restart (a device that
+        must be reconnected) brings them back here; a template it cannot
+        bring back is reported, never silently dropped. The default does
+        nothing: downloaded files survive restarts.
+
+        :param base_dir: the image cache directory.
+        """
+
+    @abc.abstractmethod
+    def fetch_image(self, context: Any, image_id: str, target: str,
+                    disk_format: str | None = None,
+                    trusted_certs: Any = None) -> None:
+        """Make ``target`` the template of ``image_id``.
+
+        On return ``target`` exists and is whole: the image's data, checked
+        and inspected as stock Nova does, converted to raw when stock would
+        (``force_raw_images``) unless ``disk_format`` asks for the image in
+        its own format. On failure nothing is left at ``target`` (nor any
+        partial file next to it) and the error names the image and the
+        reason. Does nothing if ``target`` exists.
+
+        :param disk_format: the image's format when the instance uses it
+            natively (no conversion; the content must be this format).
+        :raises ImageUnacceptable: the image failed inspection, its hash did
+            not match, or its data could not be written.
+        """
+
+    @abc.abstractmethod
+    def remove_image(self, path: str) -> None:
+        """Remove the unused template ``path`` and whatever holds it.
+
+        Called by the image cache manager for a template no instance disk
+        uses any more. Removes the file (or link) and releases what the
+        handler holds for it (a connection, an attachment).
+        """
+
+    def cached_bytes(self, path: str) -> int:
+        """Bytes of the image cache that the template at ``path`` uses."""
+        return os.stat(path).st_blocks * 512

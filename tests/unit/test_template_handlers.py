@@ -1,0 +1,273 @@
+"""Template image handlers: loading, ``downloading`` and linking.
+
+Real: qemu-img, the format inspector, files, oslo.concurrency's external
+locks, os-brick's local connector (a file stands for the device). Fake: the
+image service (IMAGE_API.get/download serve a local file's bytes and a
+metadata dict) and Cinder's API (CinderFixture-like recording of
+attachments: no Cinder runs here).
+"""
+
+import errno
+import hashlib
+import os
+import subprocess
+from unittest import mock
+
+import pytest
+from nova import exception
+from nova.virt import images
+
+from nova_imgtype import exception as imgtype_exception
+from nova_imgtype.virt.libvirt import template_handlers
+from nova_imgtype.virt.libvirt.template_handlers import downloading
+from nova_imgtype.virt.libvirt.template_handlers import volume_linking
+
+IMAGE_ID = 'c8b1a2e4-4a8e-4d1e-9f39-6a8d4e0c1b11'
+VOLUME_ID = '3f1e8a52-9b0d-4c6e-8f1a-2d7b5c9e0a44'
+
+
+def qemu_img(*args):
+    return subprocess.run(('qemu-img',) + args, check=True,
+                          capture_output=True, text=True).stdout
+
+
+def _qcow2(tmp_path, name='img.qcow2', *opts):
+    path = str(tmp_path / name)
+    qemu_img('create', '-f', 'qcow2', *opts, path, '16M')
+    return path
+
+
+class FakeImageService:
+    """Serves ``{image_id: (path, disk_format, extra meta)}``."""
+
+    def __init__(self):
+        self.images = {}
+        self.downloads = 0
+        self.cut_after = None
+
+    def add(self, path, disk_format, hash_algo='sha512', **meta):
+        with open(path, 'rb') as f:
+            digest = hashlib.new(hash_algo, f.read()).hexdigest()
+        self.images[IMAGE_ID] = (path, {
+            'id': IMAGE_ID, 'disk_format': disk_format,
+            'container_format': 'bare', 'os_hash_algo': hash_algo,
+            'os_hash_value': digest, **meta})
+
+    def get(self, context, image_id, include_locations=False):
+        return dict(self.images[image_id][1])
+
+    def download(self, context, image_id, data=None, trusted_certs=None):
+        self.downloads += 1
+        with open(self.images[image_id][0], 'rb') as f:
+            content = f.read()
+        if self.cut_after is not None:
+            data.write(content[:self.cut_after])
+            raise exception.NovaException('connection reset')
+        for i in range(0, len(content), 65536):
+            data.write(content[i:i + 65536])
+
+
+@pytest.fixture
+def glance(monkeypatch):
+    svc = FakeImageService()
+    for module in (downloading, volume_linking):
+        monkeypatch.setattr(module.IMAGE_API, 'get', svc.get)
+    monkeypatch.setattr(downloading.IMAGE_API, 'download', svc.download)
+    return svc
+
+
+@pytest.fixture
+def cache(conf, tmp_path):
+    path = tmp_path / '_base'
+    path.mkdir()
+    return path
+
+
+def test_handlers_are_found_by_name_and_unknown_ones_are_named(conf):
+    assert set(template_handlers.names()) >= {'downloading',
+                                              'volume-based-linking'}
+    handler = template_handlers.load('downloading')
+    assert isinstance(handler, downloading.DownloadingTemplateImageHandler)
+    with pytest.raises(imgtype_exception.UnknownTemplateImageHandler,
+                       match="'copying'.*downloading"):
+        template_handlers.load('copying')
+
+
+def test_download_keeps_native_qcow2(glance, cache, tmp_path):
+    glance.add(_qcow2(tmp_path), 'qcow2')
+    target = str(cache / 'tmpl')
+    downloading.DownloadingTemplateImageHandler().fetch_image(
+        None, IMAGE_ID, target, 'qcow2')
+    assert images.qemu_img_info(target).file_format == 'qcow2'
+    assert os.listdir(cache) == ['tmpl']
+
+
+def test_download_converts_as_stock_when_not_native(conf, glance, cache,
+                                                    tmp_path):
+    conf.config(force_raw_images=True)
+    glance.add(_qcow2(tmp_path), 'qcow2')
+    target = str(cache / 'tmpl')
+    downloading.DownloadingTemplateImageHandler().fetch_image(
+        None, IMAGE_ID, target)
+    assert images.qemu_img_info(target).file_format == 'raw'
+    assert os.listdir(cache) == ['tmpl']
+
+
+def test_existing_template_is_not_downloaded_again(glance, cache,
+                                                   tmp_path):
+    glance.add(_qcow2(tmp_path), 'qcow2')
+    target = str(cache / 'tmpl')
+    handler = downloading.DownloadingTemplateImageHandler()
+    for _ in range(3):
+        handler.fetch_image(None, IMAGE_ID, target, 'qcow2')
+    assert glance.downloads == 1
+
+
+def _bad(kind, glance, tmp_path):
+    if kind == 'hash':
+        glance.add(_qcow2(tmp_path), 'qcow2')
+        path, meta = glance.images[IMAGE_ID]
+        meta['os_hash_value'] = '0' * 128
+        return 'sha512 of the data is'
+    if kind == 'cut':
+        glance.add(_qcow2(tmp_path), 'qcow2')
+        glance.cut_after = 1000
+        return 'connection reset'
+    if kind == 'backing':
+        base = _qcow2(tmp_path, 'base.qcow2')
+        glance.add(_qcow2(tmp_path, 'bad.qcow2', '-b', base, '-F', 'qcow2'),
+                   'qcow2')
+        return 'safety check'
+    if kind == 'data-file':
+        glance.add(_qcow2(tmp_path, 'bad.qcow2', '-o',
+                          'data_file=%s' % (tmp_path / 'data.raw')),
+                   'qcow2')
+        return 'safety check'
+    # content that is not what disk_format says
+    raw = tmp_path / 'img.raw'
+    raw.write_bytes(b'\0' * 1024 * 1024)
+    glance.add(str(raw), 'qcow2')
+    return 'not in a supported format'
+
+
+@pytest.mark.parametrize('kind', ['hash', 'cut', 'backing', 'data-file',
+                                  'content'])
+def test_a_bad_download_leaves_the_cache_clean(glance, cache, tmp_path,
+                                               kind):
+    reason = _bad(kind, glance, tmp_path)
+    with pytest.raises(exception.NovaException, match=reason):
+        downloading.DownloadingTemplateImageHandler().fetch_image(
+            None, IMAGE_ID, str(cache / 'tmpl'), 'qcow2')
+    assert os.listdir(cache) == []
+
+
+def test_a_full_disk_leaves_the_cache_clean(glance, cache, tmp_path):
+    glance.add(_qcow2(tmp_path), 'qcow2')
+
+    def enospc(self, chunk):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with mock.patch.object(downloading._HashingWriter, 'write', enospc):
+        with pytest.raises(exception.ImageUnacceptable,
+                           match='No space left'):
+            downloading.DownloadingTemplateImageHandler().fetch_image(
+                None, IMAGE_ID, str(cache / 'tmpl'), 'qcow2')
+    assert os.listdir(cache) == []
+
+
+# -- volume-based-linking -----------------------------------------------------
+
+class FakeCinder:
+    """Attachments as Cinder would record them (no Cinder runs here)."""
+
+    def __init__(self, device):
+        self.device = device
+        self.attachments = {}
+        self.fail = False
+
+    def attachment_create(self, context, volume_id, instance_id,
+                          connector=None, mountpoint=None):
+        if self.fail:
+            raise exception.VolumeNotFound(volume_id=volume_id)
+        aid = 'att-%d' % (len(self.attachments) + 1)
+        self.attachments[aid] = {'volume_id': volume_id,
+                                 'instance': instance_id,
+                                 'completed': False}
+        return {'id': aid, 'connection_info': {
+            'driver_volume_type': 'local',
+            'data': {'device_path': self.device}}}
+
+    def attachment_complete(self, context, attachment_id):
+        self.attachments[attachment_id]['completed'] = True
+
+    def attachment_delete(self, context, attachment_id):
+        del self.attachments[attachment_id]
+
+
+@pytest.fixture
+def brick_in_process():
+    """os-brick's privileged calls (connector properties) run in this
+    process instead of a privsep daemon: the tests run as root."""
+    from os_brick import privileged
+    privileged.default.set_client_mode(False)
+    yield
+    privileged.default.set_client_mode(True)
+
+
+@pytest.fixture
+def linking(conf, glance, tmp_path, brick_in_process):
+    device = str(tmp_path / 'volume')          # the "device": a real file
+    handler = volume_linking.VolumeLinkingTemplateImageHandler()
+    handler.volume_api = FakeCinder(device)
+    return handler
+
+
+def _cinder_image(glance, device_src, fmt):
+    glance.add(device_src, fmt, locations=[
+        {'url': 'cinder://%s' % VOLUME_ID, 'metadata': {}}])
+
+
+def test_linking_links_the_volume_and_copies_nothing(linking, glance,
+                                                     cache, tmp_path):
+    qemu_img('create', '-f', 'qcow2', linking.volume_api.device, '16M')
+    _cinder_image(glance, linking.volume_api.device, 'qcow2')
+    target = str(cache / 'tmpl')
+    linking.fetch_image(None, IMAGE_ID, target, 'qcow2')
+    assert os.path.islink(target)
+    assert os.readlink(target) == linking.volume_api.device
+    assert glance.downloads == 0
+    assert linking.cached_bytes(target) == 0
+    (att,) = linking.volume_api.attachments.values()
+    assert att['volume_id'] == VOLUME_ID and att['completed']
+    assert att['instance'] == volume_linking.owner_uuid('host1')
+
+    # After a restart: the link is made again from what was recorded.
+    os.unlink(target)
+    volume_linking.VolumeLinkingTemplateImageHandler().init(str(cache))
+    assert os.readlink(target) == linking.volume_api.device
+
+    linking.remove_image(target)
+    assert not os.path.lexists(target)
+    assert linking.volume_api.attachments == {}
+    assert os.listdir(cache / volume_linking.STATE_DIR) == []
+
+
+@pytest.mark.parametrize('case', ['no-location', 'attach-fails',
+                                  'needs-conversion'])
+def test_linking_falls_back_to_downloading(conf, linking, glance, cache,
+                                           tmp_path, case):
+    qemu_img('create', '-f', 'qcow2', linking.volume_api.device, '16M')
+    if case == 'no-location':
+        glance.add(linking.volume_api.device, 'qcow2')
+    else:
+        _cinder_image(glance, linking.volume_api.device, 'qcow2')
+    if case == 'attach-fails':
+        linking.volume_api.fail = True
+    native = None if case == 'needs-conversion' else 'qcow2'
+    conf.config(force_raw_images=True)
+    target = str(cache / 'tmpl')
+    linking.fetch_image(None, IMAGE_ID, target, native)
+    assert not os.path.islink(target) and os.path.isfile(target)
+    assert glance.downloads == 1
+    # Nothing left attached.
+    assert linking.volume_api.attachments == {}
