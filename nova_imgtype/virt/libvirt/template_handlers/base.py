@@ -14,7 +14,29 @@ from __future__ import annotations
 
 import abc
 import os
+from collections.abc import Callable
 from typing import Any
+
+from nova import utils
+from oslo_config import cfg
+
+CONF = cfg.CONF
+
+
+def template_lock(target: str) -> Callable[[Callable[..., Any]],
+                                           Callable[..., Any]]:
+    """The external lock a handler holds while it prepares ``target``.
+
+    Named apart from the lock stock ``Image.cache()`` takes (the template's
+    bare file name) around its fetch function, which is where handlers are
+    called from: oslo.concurrency's locks are not reentrant, and one name
+    for both would deadlock every build. Callers that reach a handler
+    without ``Image.cache()`` (the image cache manager, direct users) are
+    serialised by this one.
+    """
+    return utils.synchronized(
+        'template-%s' % os.path.basename(target), external=True,
+        lock_path=os.path.join(CONF.instances_path, 'locks'))
 
 
 class BaseTemplateImageHandler(abc.ABC):

@@ -17,7 +17,6 @@ import os
 from typing import Any
 
 from nova import exception
-from nova import utils
 from nova.i18n import _
 from nova.image import glance
 from nova.virt import images
@@ -59,9 +58,7 @@ class DownloadingTemplateImageHandler(base.BaseTemplateImageHandler):
     def fetch_image(self, context: Any, image_id: str, target: str,
                     disk_format: str | None = None,
                     trusted_certs: Any = None) -> None:
-        @utils.synchronized(os.path.basename(target), external=True,
-                            lock_path=os.path.join(CONF.instances_path,
-                                                   'locks'))
+        @base.template_lock(target)
         def fetch() -> None:
             if os.path.exists(target):
                 return

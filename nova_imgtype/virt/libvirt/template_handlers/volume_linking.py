@@ -143,9 +143,7 @@ class VolumeLinkingTemplateImageHandler(base.BaseTemplateImageHandler):
     def fetch_image(self, context: Any, image_id: str, target: str,
                     disk_format: str | None = None,
                     trusted_certs: Any = None) -> None:
-        @utils.synchronized(os.path.basename(target), external=True,
-                            lock_path=os.path.join(CONF.instances_path,
-                                                   'locks'))
+        @base.template_lock(target)
         def link() -> bool:
             if os.path.lexists(target):
                 return True
