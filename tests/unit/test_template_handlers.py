@@ -13,8 +13,10 @@ import os
 import subprocess
 from unittest import mock
 
+import eventlet
 import pytest
 from nova import exception
+from nova import utils as nova_utils
 from nova.virt import images
 
 from nova_imgtype import exception as imgtype_exception
@@ -121,6 +123,36 @@ def test_existing_template_is_not_downloaded_again(glance, cache,
     for _ in range(3):
         handler.fetch_image(None, IMAGE_ID, target, 'qcow2')
     assert glance.downloads == 1
+
+
+@pytest.mark.parametrize('handler_cls', [
+    downloading.DownloadingTemplateImageHandler,
+    volume_linking.VolumeLinkingTemplateImageHandler])
+def test_fetch_inside_stock_cache_lock_does_not_deadlock(conf, glance, cache,
+                                                         tmp_path,
+                                                         handler_cls):
+    """Stock ``Image.cache()`` holds the external lock named after the
+    template file while it calls the fetch function, that is the handler;
+    oslo.concurrency locks are not reentrant. The handler's own lock must
+    be another one, or every build hangs (it did)."""
+    conf.config(instances_path=str(tmp_path))
+    glance.add(_qcow2(tmp_path), 'qcow2')
+    target = str(cache / 'tmpl')
+    stock_lock = nova_utils.synchronized(
+        os.path.basename(target), external=True,
+        lock_path=str(tmp_path / 'locks'))
+    done = []
+
+    @stock_lock
+    def as_image_cache_does():
+        handler_cls().fetch_image(None, IMAGE_ID, target, 'qcow2')
+        done.append(target)
+
+    thread = eventlet.spawn(as_image_cache_does)
+    with eventlet.Timeout(30, False):
+        thread.wait()
+    assert done == [target], 'fetch_image deadlocked under the cache lock'
+    assert images.qemu_img_info(target).file_format == 'qcow2'
 
 
 def _bad(kind, glance, tmp_path):
