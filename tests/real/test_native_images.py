@@ -24,6 +24,7 @@ from oslo_config import fixture as config_fixture
 
 from nova_imgtype.virt.libvirt import driver as imgtype_driver
 from nova_imgtype.virt.libvirt import imagecache
+from nova_imgtype.virt.libvirt.template_handlers import downloading
 from tests.real import fixtures as real
 
 CONF = nova.conf.CONF
@@ -56,11 +57,17 @@ def glance(monkeypatch):
 
     def download(context, image_id, data=None, dest_path=None,
                  trusted_certs=None):
-        shutil.copyfile(served[image_id][0], dest_path)
+        if data is not None:
+            with open(served[image_id][0], 'rb') as f:
+                shutil.copyfileobj(f, data)
+        else:
+            shutil.copyfile(served[image_id][0], dest_path)
 
-    monkeypatch.setattr(images.IMAGE_API, 'get', get)
-    monkeypatch.setattr(images.IMAGE_API, 'download', download)
-    monkeypatch.setattr(imagecache.IMAGE_API, 'get', get)
+    # Stock's fetch (kernel, ramdisk) and the downloading handler (every
+    # template) each have their image API.
+    for api in (images.IMAGE_API, downloading.IMAGE_API):
+        monkeypatch.setattr(api, 'get', get)
+        monkeypatch.setattr(api, 'download', download)
     return served
 
 
