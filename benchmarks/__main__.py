@@ -1,6 +1,6 @@
-"""``python -m benchmarks [disk] [scheduling]``: run the benchmarks named
-(all by default) and write results/latest.*; results of benchmarks not run
-this time are kept from the previous files."""
+"""``python -m benchmarks [disk] [scheduling] [handlers]``: run the
+benchmarks named (all by default) and write results/latest.*; results of
+benchmarks not run this time are kept from the previous files."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ monkey_patch.patch()
 
 from benchmarks import disk_creation  # noqa: E402
 from benchmarks import scheduling  # noqa: E402
+from benchmarks import template_handlers  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -24,6 +25,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 BENCHMARKS = {
     'disk': (disk_creation, 'disk creation'),
     'scheduling': (scheduling, 'scheduling'),
+    'handlers': (template_handlers, 'template handlers'),
 }
 
 
@@ -51,7 +53,8 @@ def to_markdown(info: dict[str, str], rows: list[dict],
     lines = ['# nova-imgtype benchmarks', '',
              'Machine: ' + ', '.join('%s %s' % kv for kv in info.items()),
              '', 'Reproduce with `make bench` (one benchmark: '
-             '`.venv/bin/python -m benchmarks disk|scheduling`).', '']
+             '`.venv/bin/python -m benchmarks disk|scheduling|handlers`).',
+             '']
     if measured:
         lines += ['Measured: ' + ', '.join(
             '%s %s' % kv for kv in sorted(measured.items())), '']
@@ -65,6 +68,9 @@ def to_markdown(info: dict[str, str], rows: list[dict],
     sched = [r for r in rows if r.get('benchmark') == 'scheduling']
     if sched:
         lines += ['', scheduling.to_markdown(sched)]
+    handlers = [r for r in rows if r.get('benchmark') == 'template handlers']
+    if handlers:
+        lines += ['', template_handlers.to_markdown(handlers)]
     return '\n'.join(lines).rstrip('\n') + '\n'
 
 
