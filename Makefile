@@ -51,7 +51,7 @@ real: venv
 	$(PY) -m pytest tests/real $(PYTEST_ARGS)
 
 demo: venv
-	$(VENV)/bin/nova-imgtype check --config-file etc/demo/nova-compute.conf
+	$(VENV)/bin/nova-imgtype demo
 
 
 bench: venv

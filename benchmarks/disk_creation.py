@@ -24,8 +24,8 @@ from typing import Any
 from nova.virt import images
 from nova.virt.libvirt import utils as libvirt_utils
 
+from nova_imgtype.testing import libvirtd as real
 from nova_imgtype.virt.libvirt import pools
-from tests.real import fixtures as real
 
 GiB = 1024 ** 3
 MiB = 1024 ** 2

@@ -26,6 +26,7 @@ import contextlib
 import json
 import os
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from collections.abc import Mapping
@@ -45,6 +46,15 @@ import nova_imgtype.conf  # noqa: F401  registers [libvirt]images_type_mapping
 from nova_imgtype.virt.libvirt import driver as imgtype_driver
 
 CONF = nova.conf.CONF
+
+#: Nova's ConfFixture defaults ``[wsgi]api_paste_config`` to
+#: ``$pybasedir/etc/nova/api-paste.ini``, which does not exist for a wheel
+#: install (the wheel puts it under ``<venv>/etc/nova/``). oslo.config reads
+#: ``OS_WSGI__API_PASTE_CONFIG`` from the environment, which beats that
+#: default; an explicit value in the environment is kept.
+_PASTE = os.path.join(sys.prefix, 'etc', 'nova', 'api-paste.ini')
+if os.path.exists(_PASTE):
+    os.environ.setdefault('OS_WSGI__API_PASTE_CONFIG', _PASTE)
 
 #: What stock Nova's ``load_compute_driver`` is given: it imports
 #: ``nova.virt.imgtype``, the shim this package installs into Nova.
@@ -134,6 +144,11 @@ class ImgtypeServersTestBase(libvirt_base.ServersTestBase):
     #: Microversion of API requests: 'latest' lets ``networks='none'`` and
     #: ``host=`` be used without further ado.
     microversion = 'latest'
+    #: The driver class computes must be running: ``compute_driver`` is
+    #: set by :meth:`_setup_compute_service`.
+    driver_class: type = imgtype_driver.LibvirtDriver
+    #: nova-scheduler, started by the stock harness.
+    scheduler: Any
 
     def setUp(self) -> None:
         super().setUp()
@@ -181,6 +196,12 @@ class ImgtypeServersTestBase(libvirt_base.ServersTestBase):
             setattr(owner, name, real)
             self.addCleanup(setattr, owner, name, current)
 
+    def restart_scheduler(self) -> None:
+        """Restart nova-scheduler: it reads ``[filter_scheduler]`` options
+        (``available_filters``, where request filters come in) at start."""
+        self.scheduler.stop()
+        self.scheduler = self.start_service('scheduler')
+
     # -- computes and their options -------------------------------------------
 
     def start_compute(
@@ -223,7 +244,7 @@ class ImgtypeServersTestBase(libvirt_base.ServersTestBase):
         self.apply_compute_flags(hostname)
         started = super().start_compute(hostname, *args, **kwargs)
         driver = self.computes[hostname].manager.driver
-        self.assertIsInstance(driver, imgtype_driver.LibvirtDriver)
+        self.assertIsInstance(driver, self.driver_class)
         return started
 
     def set_compute_flags(
@@ -337,16 +358,37 @@ class ImgtypeServersTestBase(libvirt_base.ServersTestBase):
                             '%dM' % size_mb], check=True)
         with open(raw, 'r+b') as f:
             f.write(IMAGE_MARKER)
+        return self.serve_file(
+            raw, fmt, name=name or 'imgtype-%s-%dM' % (fmt, size_mb),
+            virtual_size=size_mb * 1024 * 1024, properties=properties,
+            container_format=container_format, image_id=image_id)
+
+    def serve_file(self, raw: str, fmt: str, *, name: str,
+                   virtual_size: int, compressed: bool = False,
+                   properties: Mapping[str, Any] | None = None,
+                   container_format: str = 'bare',
+                   image_id: str | None = None) -> dict[str, Any]:
+        """Serve the raw disk ``raw`` as an image of ``fmt``.
+
+        Unless ``fmt`` is ``raw`` or ``iso``, ``raw`` is converted to
+        ``fmt`` with ``qemu-img convert`` (``-c``: ``compressed``) and
+        removed. Registered in Nova's GlanceFixture with its real ``size``.
+
+        :returns: the image as the fixture holds it; its file is
+            ``self.image_files[image['id']]``.
+        """
+        image_id = image_id or str(uuid.uuid4())
         path = raw
         if fmt not in ('raw', 'iso'):
             path = os.path.join(self._image_dir, '%s.%s' % (image_id, fmt))
             subprocess.run(['qemu-img', 'convert', '-q', '-f', 'raw', '-O',
-                            _QEMU_FORMAT.get(fmt, fmt), raw, path],
+                            _QEMU_FORMAT.get(fmt, fmt),
+                            *(['-c'] if compressed else []), raw, path],
                            check=True)
             os.unlink(raw)
         meta: dict[str, Any] = {
             'id': image_id,
-            'name': name or 'imgtype-%s-%dM' % (fmt, size_mb),
+            'name': name,
             'status': 'active',
             'visibility': 'public',
             'is_public': True,
@@ -354,7 +396,7 @@ class ImgtypeServersTestBase(libvirt_base.ServersTestBase):
             'disk_format': fmt,
             'container_format': container_format,
             'size': os.path.getsize(path),
-            'virtual_size': size_mb * 1024 * 1024,
+            'virtual_size': virtual_size,
             'min_disk': 0,
             'min_ram': 0,
             'tags': [],

@@ -8,11 +8,8 @@ classes run under pytest:
   import time: pytest imports this conftest before it collects any test
   module of this directory (and, for ``pytest tests/unit tests/functional``,
   before any test module at all).
-* ``[wsgi]api_paste_config``: Nova's ConfFixture defaults it to
-  ``$pybasedir/etc/nova/api-paste.ini``, which does not exist for a wheel
-  install; the wheel puts the file under ``<venv>/etc/nova/``. oslo.config
-  reads ``OS_WSGI__API_PASTE_CONFIG`` from the environment, which beats that
-  default. An explicit value in the environment is kept.
+* ``[wsgi]api_paste_config`` of a wheel install: set by
+  :mod:`nova_imgtype.testing.functional` when it is imported.
 * ``nova.test.TestCase._clear_attrs`` (a cleanup) deletes every public
   instance attribute, including the bound test method pytest's unittest
   runner set on the instance and deletes itself afterwards
@@ -23,16 +20,10 @@ classes run under pytest:
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
-_PASTE = os.path.join(sys.prefix, 'etc', 'nova', 'api-paste.ini')
-if os.path.exists(_PASTE):
-    os.environ.setdefault('OS_WSGI__API_PASTE_CONFIG', _PASTE)
 
 
 @pytest.fixture(autouse=True)

@@ -47,9 +47,7 @@ class ImageTypeSchedulingTest(base.ImgtypeServersTestBase):
             group='filter_scheduler')
         self.flags(filter_hosts_by_image_type_support=True,
                    group='scheduler')
-        # The scheduler reads available_filters when it starts.
-        self.scheduler.stop()
-        self.scheduler = self.start_service('scheduler')
+        self.restart_scheduler()
         self.assertIn(request_filters.image_type_support,
                       request_filter.ALL_REQUEST_FILTERS)
         self.flags(allow_resize_to_same_host=False)

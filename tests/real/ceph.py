@@ -37,7 +37,7 @@ from typing import Any
 from xml.sax.saxutils import escape
 from xml.sax.saxutils import quoteattr
 
-from tests.real import fixtures
+from nova_imgtype.testing import libvirtd as fixtures
 
 StrPath = str | os.PathLike[str]
 

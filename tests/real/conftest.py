@@ -15,8 +15,8 @@ from collections.abc import Iterator
 import libvirt
 import pytest
 
+from nova_imgtype.testing import libvirtd as fixtures
 from tests.real import ceph
-from tests.real import fixtures
 
 
 def _quiet_libvirt_error(_ctx: object, _err: object) -> None:

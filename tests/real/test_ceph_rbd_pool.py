@@ -21,8 +21,8 @@ from collections.abc import Iterator
 import libvirt
 import pytest
 
+from nova_imgtype.testing import libvirtd as real
 from tests.real import ceph
-from tests.real import fixtures as real
 
 MiB = 1024 * 1024
 SIZE = 16 * MiB

@@ -8,9 +8,9 @@ import libvirt
 import pytest
 
 from nova_imgtype import exception
+from nova_imgtype.testing import libvirtd as real
 from nova_imgtype.virt.libvirt import config
 from nova_imgtype.virt.libvirt import pools
-from tests.real import fixtures as real
 
 MiB = 1024 * 1024
 

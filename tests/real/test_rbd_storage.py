@@ -23,9 +23,9 @@ from nova.virt.libvirt import driver as stock_driver
 from oslo_concurrency import processutils
 
 from nova_imgtype import exception
+from nova_imgtype.testing import libvirtd as real
 from nova_imgtype.virt.libvirt import pools
 from nova_imgtype.virt.libvirt import storage
-from tests.real import fixtures as real
 from tests.real.test_libvirt_storage import _boot_disk
 from tests.real.test_libvirt_storage import _guest_xml
 from tests.real.test_native_images import MiB

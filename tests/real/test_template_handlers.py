@@ -21,9 +21,9 @@ from nova import objects
 from nova.virt.libvirt import imagecache as nova_imagecache
 from nova.virt.libvirt import utils as libvirt_utils
 
+from nova_imgtype.testing import libvirtd as real
 from nova_imgtype.virt.libvirt.template_handlers import downloading
 from nova_imgtype.virt.libvirt.template_handlers import volume_linking
-from tests.real import fixtures as real
 from tests.real.test_native_images import MiB
 from tests.real.test_native_images import conf  # noqa: F401
 from tests.real.test_native_images import driver  # noqa: F401
@@ -117,8 +117,8 @@ def _root_disk(drv, inst, image_id):
     return disk
 
 
-def _base(conf):
-    return os.path.join(conf.conf.instances_path, '_base')
+def _base(config):
+    return os.path.join(config.conf.instances_path, '_base')
 
 
 def test_16_concurrent_builds_download_once(driver, conf,  # noqa: F811

@@ -1,0 +1,400 @@
+"""``nova-imgtype demo``: the plugin in a whole (in-process) stock Nova.
+
+Runs stock Nova 34 in one process, the way its own functional tests do: API,
+conductor, scheduler (nova-imgtype's request filter loaded through
+``[filter_scheduler]available_filters``, the toggle on) and real placement,
+with three compute nodes on ``imgtype.LibvirtDriver``, each configured
+differently. Small real images are made on the fly with ``qemu-img`` and
+served by the in-process image service; instance disks are made for real
+(qemu-img, files, and storage pools and volumes on a throwaway libvirtd;
+libvirt *domains* are the harness's fakes). Then the same images boot on a
+compute node running stock Nova's ``libvirt.LibvirtDriver`` with stock
+options, without the request filter, and a table shows both side by side.
+
+Only what the harness itself fakes is fake: libvirt domains (fakelibvirt)
+and Glance's API (Nova's GlanceFixture, serving the real image bytes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import time
+import unittest
+from collections.abc import Callable
+from typing import Any
+from typing import TextIO
+
+from nova.virt.libvirt import imagecache as nova_imagecache
+
+from nova_imgtype import traits as traits_mod
+from nova_imgtype.virt.libvirt import backends
+from nova_imgtype.virt.libvirt import mapping as mapping_mod
+
+#: The nodes of the plugin's cloud: name -> (what it is, its options).
+NODES: dict[str, tuple[str, dict[str, Any]]] = {
+    'node-mapped': (
+        'images_type=raw, images_type_mapping=qcow2:qcow2',
+        {'images_type': 'raw', 'images_type_mapping': 'qcow2:qcow2',
+         'force_raw_images': True}),
+    'node-pools': (
+        'images_type=qcow2 on storage pools, images_type_mapping='
+        'qcow2:qcow2',
+        {'images_type': 'qcow2', 'images_type_mapping': 'qcow2:qcow2',
+         'force_raw_images': True,
+         'flags': {'libvirt': {'use_storage_pools': True}}}),
+    'node-convert': (
+        'images_type=raw, no mapping (converts like stock)',
+        {'images_type': 'raw', 'force_raw_images': True}),
+}
+STOCK_NODE = 'stock-node'
+STOCK_DESCRIPTION = ('stock libvirt.LibvirtDriver, stock options '
+                     '(images_type=default, force_raw_images=True)')
+
+#: The images booted: disk_format -> (MiB of virtual size, MiB of data).
+IMAGES: dict[str, tuple[int, int]] = {
+    'raw': (64, 48),
+    'qcow2': (512, 384),
+    'ploop': (16, 8),
+}
+
+MiB = 1024 * 1024
+
+
+@dataclasses.dataclass
+class Row:
+    """One boot: what was asked and what happened."""
+
+    cloud: str
+    image: str
+    requested: str
+    host: str = '-'
+    status: str = ''
+    backend: str = '-'
+    template: str = '-'
+    converted: str = '-'
+    cache_bytes: int | None = None
+    prep_s: float | None = None
+    traits: str = '-'
+
+
+def _write_image_data(path: str, virtual_mb: int, data_mb: int) -> None:
+    """A raw disk of ``virtual_mb`` MiB whose first ``data_mb`` MiB hold
+    compressible, non-zero data (text, as file systems mostly hold), the
+    rest sparse: what a small cloud image looks like."""
+    line = b'nova-imgtype demo data: the quick brown fox jumps over it.\n'
+    block = (line * (MiB // len(line) + 1))[:MiB]
+    with open(path, 'wb') as f:
+        for i in range(data_mb):
+            f.write(block[:-8] + i.to_bytes(8, 'big'))
+        f.truncate(virtual_mb * MiB)
+
+
+#: Formats every libvirt node boots (raw bytes): left out of the table.
+_EVERYWHERE = {'aki', 'ami', 'ari', 'iso'}
+
+
+def _traits_text(traits: set[str]) -> str:
+    """The host's image-type traits, short: the formats it boots (but
+    those every node boots) and those it uses natively."""
+    formats = sorted(set(mapping_mod.SOURCE_FORMATS) - _EVERYWHERE)
+    boots = [f for f in formats if traits_mod.image_type_trait(f) in traits]
+    native = [f for f in formats if traits_mod.native_trait(f) in traits]
+    return 'boots %s; native %s' % (','.join(boots) or '-',
+                                     ','.join(native) or '-')
+
+
+def _harness_base() -> type:
+    # Imported here: the harness pulls in Nova's test fixtures, which only
+    # ``nova-imgtype demo`` needs.
+    from nova_imgtype.testing import functional
+    return functional.ImgtypeServersTestBase
+
+
+def make_demo_case(stock: bool, rows: list[Row],
+                   progress: Callable[[str], None],
+                   libvirt_uri: str | None) -> unittest.TestCase:
+    """A TestCase of Nova's harness whose one test runs one cloud's boots.
+
+    :param stock: the stock cloud (stock driver and options, no request
+        filter) instead of the plugin's three nodes.
+    :param rows: where the boots are recorded.
+    :param libvirt_uri: the daemon holding the pools of ``node-pools``.
+    """
+    import fixtures
+    import libvirt
+    from nova.tests.functional.api import client as api_client
+    from nova.virt.libvirt import driver as stock_driver
+
+    from nova_imgtype.testing import functional
+    from nova_imgtype.virt.libvirt import pools as pools_mod
+    from nova_imgtype.virt.libvirt import resolver as resolver_mod
+
+    class DemoCloud(_harness_base()):  # type: ignore[misc]
+        if stock:
+            driver_class = stock_driver.LibvirtDriver
+
+        def _setup_compute_service(self) -> None:
+            if stock:
+                self.flags(compute_driver='libvirt.LibvirtDriver')
+            else:
+                super()._setup_compute_service()
+
+        def start_node(self, host: str, **options: Any) -> None:
+            self.start_compute(host, **options)
+            # The harness has one CONF for all computes: a build runs with
+            # the options of the compute that builds it, whichever host
+            # the scheduler chose.
+            manager = self.computes[host].manager
+            build = manager._do_build_and_run_instance
+
+            def build_on_node(*args: Any, **kwargs: Any) -> Any:
+                with self.on_compute(host):
+                    return build(*args, **kwargs)
+
+            manager._do_build_and_run_instance = build_on_node
+
+        def setUp(self) -> None:
+            super().setUp()
+            self.flags(instances=100, cores=100, ram=100 * 1024,
+                       group='quota')
+            self.prep: dict[str, float] = {}
+            real_create = vars(stock_driver.LibvirtDriver)['_create_image']
+
+            def timed(drv: Any, context: Any, instance: Any,
+                      *args: Any, **kwargs: Any) -> Any:
+                start = time.perf_counter()
+                try:
+                    return real_create(drv, context, instance, *args,
+                                       **kwargs)
+                finally:
+                    self.prep[instance.uuid] = time.perf_counter() - start
+
+            self.useFixture(fixtures.MonkeyPatch(
+                'nova.virt.libvirt.driver.LibvirtDriver._create_image',
+                timed))
+            if stock:
+                return
+            self.flags(available_filters=[
+                'nova.scheduler.filters.all_filters',
+                'nova_imgtype.scheduler.filters.all_filters'],
+                group='filter_scheduler')
+            self.flags(filter_hosts_by_image_type_support=True,
+                       group='scheduler')
+            self.restart_scheduler()
+            if libvirt_uri:
+                self.conn = libvirt.open(libvirt_uri)
+                self.addCleanup(self.conn.close)
+                self.addCleanup(self._remove_pools)
+                self.useFixture(fixtures.MockPatch(
+                    'nova_imgtype.virt.libvirt.driver.LibvirtDriver.'
+                    '_storage_connection', return_value=self.conn))
+
+        def _remove_pools(self) -> None:
+            for pool in self.conn.listAllStoragePools(0):
+                if pool.name().startswith('nova-'):
+                    if pool.isActive():
+                        pool.destroy()
+                    pool.undefine()
+
+        def serve(self, fmt: str) -> dict[str, Any]:
+            virtual_mb, data_mb = IMAGES[fmt]
+            raw = os.path.join(self._image_dir, 'demo-%s.raw' % fmt)
+            _write_image_data(raw, virtual_mb, data_mb)
+            return self.serve_file(raw, fmt, name='demo-%s' % fmt,
+                                   virtual_size=virtual_mb * MiB,
+                                   compressed=fmt == 'qcow2')
+
+        def _node_instances_path(self, host: str) -> str:
+            return os.path.join(self.instances_path, host)
+
+        def runTest(self) -> None:
+            nodes = ({STOCK_NODE: (STOCK_DESCRIPTION, {})} if stock
+                     else NODES)
+            for host, (_what, options) in nodes.items():
+                progress('starting %s: %s' % (host, _what))
+                options = dict(options)
+                flags = {k: dict(v) for k, v in
+                         options.pop('flags', {}).items()}
+                # Each node its own instances_path: its own image cache.
+                flags.setdefault('DEFAULT', {})['instances_path'] = (
+                    self._node_instances_path(host))
+                os.makedirs(self._node_instances_path(host))
+                self.start_node(host, flags=flags, **options)
+            images = {fmt: self.serve(fmt) for fmt in IMAGES}
+            requests: list[tuple[str, str | None]] = [
+                (fmt, None) for fmt in IMAGES]
+            if not stock:
+                requests += [(fmt, host) for fmt in IMAGES for host in nodes]
+            for n, (fmt, target) in enumerate(requests, 1):
+                progress('[%d/%d] boot %s image on %s' % (
+                    n, len(requests), fmt, target or 'any host'))
+                self._boot(images[fmt], fmt, target, rows)
+
+        def _boot(self, image: dict[str, Any], fmt: str, host: str | None,
+                  rows: list[Row]) -> None:
+            row = Row('nova-imgtype' if not stock else 'stock Nova',
+                      '%s (%d MiB)' % (fmt, IMAGES[fmt][0]),
+                      host or 'any')
+            rows.append(row)
+            body = self._build_server(None, image['id'], '1', 'none', None,
+                                      host)
+            try:
+                server = self._wait_done(
+                    self.admin_api.post_server({'server': body}))
+            except api_client.OpenStackApiException as e:
+                row.status = 'API: %s' % e
+                return
+            row.status = server['status']
+            if server['status'] != 'ACTIVE':
+                fault = server.get('fault', {}).get('message', '')
+                # "Build of instance <uuid> aborted: <why>": the why.
+                why = fault.rpartition(' aborted: ')[2]
+                row.status = 'ERROR: %s' % why.replace(
+                    'Image %s is' % image['id'], 'image is')
+                return
+            row.host = server['OS-EXT-SRV-ATTR:host']
+            row.prep_s = self.prep.get(server['id'])
+            row.traits = _traits_text(set(self._get_provider_traits(
+                self._get_provider_uuid_by_host(row.host))))
+            with self.on_compute(row.host):
+                inst = self._instance(server['id'])
+                sysmeta = inst.system_metadata
+                storage = sysmeta.get(resolver_mod.SYSMETA_STORAGE, '')
+                # Stock: images_type, as stock resolves 'default'.
+                row.backend = sysmeta.get(
+                    resolver_mod.SYSMETA_BACKEND, backends.resolve_name(
+                        functional.CONF.libvirt.images_type,
+                        functional.CONF.use_cow_images))
+                if storage == resolver_mod.POOLS:
+                    row.backend += ' (pool)'
+                disk = self._root_disk(row.host, server['id'], storage)
+                template = self._template(row.host, image['id'], disk)
+            if template:
+                tfmt = functional.qemu_img_info(template)['format']
+                row.template = tfmt
+                row.converted = 'yes' if tfmt != fmt else 'no'
+                row.cache_bytes = os.stat(template).st_blocks * 512
+
+        def _wait_done(self, server: dict[str, Any]) -> dict[str, Any]:
+            """The server once its build is over (ACTIVE or ERROR)."""
+            for _ in range(600):
+                server = self.admin_api.get_server(server['id'])
+                if (server['status'] in ('ACTIVE', 'ERROR') and
+                        not server.get('OS-EXT-STS:task_state')):
+                    return server
+                time.sleep(0.1)
+            raise AssertionError('server %s still building' % server['id'])
+
+        def _instance(self, server_id: str) -> Any:
+            from nova import context as nova_context
+            from nova import objects
+            return objects.Instance.get_by_uuid(
+                nova_context.get_admin_context(), server_id,
+                expected_attrs=['system_metadata'])
+
+        def _root_disk(self, host: str, server_id: str, storage: str) -> str:
+            if storage == resolver_mod.POOLS:
+                pool = self.conn.storagePoolLookupByName(
+                    pools_mod.DISKS_POOL)
+                return str(pool.storageVolLookupByName(
+                    pools_mod.volume_name(server_id, 'disk')).path())
+            return os.path.join(self._node_instances_path(host), server_id,
+                                'disk')
+
+        def _template(self, host: str, image_id: str,
+                      disk: str) -> str | None:
+            """The image cache file the disk was made from."""
+            backing = functional.qemu_img_info(disk).get(
+                'full-backing-filename')
+            if backing:
+                return str(backing)
+            # A copy (flat): the cache file of the image.
+            base = os.path.join(self._node_instances_path(host), '_base')
+            stock_name = nova_imagecache.get_cache_fname(image_id)
+            for name in sorted(os.listdir(base)):
+                if name.startswith(stock_name) and not name.endswith(
+                        '.part'):
+                    return os.path.join(base, name)
+            return None
+
+    return DemoCloud('runTest')
+
+
+def format_rows(rows: list[Row]) -> str:
+    from nova_imgtype.cmd.manage import format_table
+
+    def mib(n: int | None) -> str:
+        return '-' if n is None else '%.1f MiB' % (n / MiB)
+
+    table = []
+    for image in dict.fromkeys(r.image for r in rows):
+        for r in rows:
+            if r.image != image:
+                continue
+            table.append({
+                'image': r.image, 'cloud': r.cloud, 'asked': r.requested,
+                'host': r.host, 'result': r.status, 'backend': r.backend,
+                'template': r.template, 'converted': r.converted,
+                'cache': mib(r.cache_bytes),
+                'disk prep': '-' if r.prep_s is None else
+                '%.3f s' % r.prep_s,
+                'host traits': r.traits})
+    return format_table(table)
+
+
+def run(out: TextIO = sys.stdout) -> int:
+    """Run the demo; print progress and the table to ``out``."""
+    started = time.perf_counter()
+
+    def progress(msg: str) -> None:
+        out.write('[%5.1fs] %s\n' % (time.perf_counter() - started, msg))
+        out.flush()
+
+    import libvirt
+
+    from nova_imgtype.testing import libvirtd
+    # libvirt's default handler prints every error (a pool looked up
+    # before it is made, a socket polled before it is there) on stderr.
+    libvirt.registerErrorHandler(lambda _ctx, _err: None, None)
+    progress('starting a throwaway libvirtd for the storage pools')
+    daemon = None
+    try:
+        daemon = libvirtd.start_libvirtd()
+        uri: str | None = daemon.uri
+        progress('libvirtd up (%s mode): %s' % (daemon.mode, uri))
+    except libvirtd.DaemonStartError as e:
+        uri = 'test:///default'
+        out.write('\n!!! NO LIBVIRTD COULD START: node-pools uses the '
+                  'libvirt TEST DRIVER (test:///default): its volumes hold '
+                  'no data.\n!!! %s\n\n' % str(e).splitlines()[0])
+    rows: list[Row] = []
+    failed = []
+    try:
+        # The stock cloud runs with our package installed, as a stock Nova
+        # would; it has no request filter and no imgtype driver.
+        for stock in (False, True):
+            progress('--- %s ---' % ('stock Nova' if stock else
+                                     'nova-imgtype'))
+            result = unittest.TestResult()
+            make_demo_case(stock, rows, progress, uri).run(result)
+            failed += result.errors + result.failures
+    finally:
+        if daemon is not None:
+            daemon.stop()
+    out.write('\nNodes of the nova-imgtype cloud (request filter on):\n')
+    for host, (what, _options) in NODES.items():
+        out.write('  %-13s %s\n' % (host, what))
+    out.write('  %-13s %s\n\n' % (STOCK_NODE, STOCK_DESCRIPTION))
+    out.write(format_rows(rows) + '\n')
+    out.write('\nEvery node boots aki, ami, ari and iso images (raw bytes).')
+    out.write('\n"template" is the format of the image cache file the '
+              'disk was made from, "cache" what it takes on disk, "disk '
+              'prep" the time to make the instance disks (download and '
+              'conversion included). Finished in %.0f s.\n'
+              % (time.perf_counter() - started))
+    for _case, trace in failed:
+        out.write('\nThe demo failed:\n%s\n' % trace)
+    return 1 if failed or not rows else 0
+

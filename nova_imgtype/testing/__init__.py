@@ -1,0 +1,10 @@
+"""Test helpers for consumers and for ``nova-imgtype demo``.
+
+* :mod:`.libvirtd`: a throwaway libvirtd (system daemon in a private mount
+  namespace as root, a session daemon otherwise) and real-image helpers.
+* :mod:`.functional`: stock Nova's in-process functional harness with
+  computes on ``imgtype.LibvirtDriver`` and real disks.
+
+Importing them needs Nova's test fixtures (``nova.tests``, shipped in its
+wheel) and the packages of ``test-requirements.txt``.
+"""
