@@ -82,7 +82,7 @@ _UNMOCK = (
 )
 _REAL = {(owner, name): vars(owner)[name] for owner, name in _UNMOCK}
 assert not any(isinstance(v, mock.Mock) for v in _REAL.values()), (
-    'tests.functional.base imported while Nova is patched')
+    'nova_imgtype.testing.functional imported while Nova is patched')
 
 #: Glance disk_format -> qemu-img format name, where they differ.
 _QEMU_FORMAT = {'vhd': 'vpc', 'ploop': 'parallels'}
