@@ -251,7 +251,7 @@ def make_demo_case(stock: bool, rows: list[Row],
                 fault = server.get('fault', {}).get('message', '')
                 # "Build of instance <uuid> aborted: <why>": the why.
                 why = fault.rpartition(' aborted: ')[2]
-                row.status = 'ERROR: %s' % why.replace(
+                row.status = 'ERROR: %s' % why.strip().replace(
                     'Image %s is' % image['id'], 'image is')
                 return
             row.host = server['OS-EXT-SRV-ATTR:host']
