@@ -55,7 +55,7 @@ class StorageException(ImgtypeException):
 
 
 class StorageUnavailable(ImgtypeException):
-    msg_fmt = _("libvirt storage is unavailable: %(reason)s")
+    msg_fmt = _("Storage pool %(pool)s is unavailable: %(reason)s")
 
 
 class PoolNotFound(StorageException):

@@ -6,6 +6,7 @@ import uuid
 import libvirt
 import pytest
 from lxml import etree
+from nova import exception as nova_exception
 
 from nova_imgtype import exception
 from nova_imgtype.virt.libvirt import config
@@ -58,8 +59,17 @@ def test_missing_and_inactive_pools_are_named(sp, conn, tmp_path):
 def test_unreachable_libvirt_is_a_clear_error():
     def broken():
         raise libvirt.libvirtError('Failed to connect socket')
-    with pytest.raises(exception.StorageUnavailable, match='socket'):
+    with pytest.raises(exception.StorageUnavailable,
+                       match='nova-disks-pool is unavailable: .*socket'):
         pools.StoragePools(broken).get(pools.DISKS_POOL)
+
+    def down():
+        # What the driver's Host.get_connection raises without libvirtd.
+        raise nova_exception.HypervisorUnavailable()
+    with pytest.raises(exception.StorageUnavailable,
+                       match='nova-base-images-pool is unavailable'):
+        pools.StoragePools(down).ensure(
+            pools.default_specs('/nonexistent')[0])
 
 
 def test_cow_volume_xml_and_no_overwrite(sp, tmp_path):

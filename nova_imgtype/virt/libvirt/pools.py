@@ -273,11 +273,14 @@ class StoragePools:
     def __init__(self, get_connection: Callable[[], Connection]) -> None:
         self._get_connection = get_connection
 
-    def _conn(self) -> Connection:
+    def _conn(self, pool: str) -> Connection:
+        """The connection, to work on ``pool`` (named in the error)."""
         try:
             return self._get_connection()
-        except libvirt.libvirtError as e:
-            raise exception.StorageUnavailable(reason=str(e)) from e
+        except (libvirt.libvirtError,
+                nova_exception.HypervisorUnavailable) as e:
+            raise exception.StorageUnavailable(pool=pool,
+                                               reason=str(e)) from e
 
     # -- pools --------------------------------------------------------------
 
@@ -286,12 +289,13 @@ class StoragePools:
 
         :raises PoolConflict: the pool exists with another type or target.
         """
-        conn = self._conn()
+        conn = self._conn(spec.name)
         try:
             pool = conn.storagePoolLookupByName(spec.name)
         except libvirt.libvirtError as e:
             if e.get_error_code() != libvirt.VIR_ERR_NO_STORAGE_POOL:
-                raise exception.StorageUnavailable(reason=str(e)) from e
+                raise exception.StorageUnavailable(pool=spec.name,
+                                                   reason=str(e)) from e
             LOG.info('Creating storage pool %s (%s) on %s', spec.name,
                      spec.type, spec.location())
             if spec.type == 'dir':
@@ -300,8 +304,9 @@ class StoragePools:
                 pool = conn.storagePoolDefineXML(spec.to_xml(), 0)
             except libvirt.libvirtError as e:
                 raise exception.StorageUnavailable(
-                    reason='cannot define storage pool %s (%s on %s): %s' % (
-                        spec.name, spec.type, spec.location(), e)) from e
+                    pool=spec.name,
+                    reason='cannot define it (%s on %s): %s' % (
+                        spec.type, spec.location(), e)) from e
         else:
             self._check_definition(pool, spec)
         if not pool.isActive():
@@ -309,8 +314,9 @@ class StoragePools:
                 pool.create(0)
             except libvirt.libvirtError as e:
                 raise exception.StorageUnavailable(
-                    reason='cannot start storage pool %s (%s on %s): %s' % (
-                        spec.name, spec.type, spec.location(), e)) from e
+                    pool=spec.name,
+                    reason='cannot start it (%s on %s): %s' % (
+                        spec.type, spec.location(), e)) from e
         if autostart and not pool.autostart():
             pool.setAutostart(1)
         return pool
@@ -341,11 +347,12 @@ class StoragePools:
         :raises PoolInactive: the pool exists but is not started.
         """
         try:
-            pool = self._conn().storagePoolLookupByName(name)
+            pool = self._conn(name).storagePoolLookupByName(name)
         except libvirt.libvirtError as e:
             if e.get_error_code() == libvirt.VIR_ERR_NO_STORAGE_POOL:
                 raise exception.PoolNotFound(pool=name) from e
-            raise exception.StorageUnavailable(reason=str(e)) from e
+            raise exception.StorageUnavailable(pool=name,
+                                               reason=str(e)) from e
         if not pool.isActive():
             raise exception.PoolInactive(pool=name)
         return pool
