@@ -18,6 +18,7 @@ from nova import objects
 from nova.virt.libvirt import imagecache as nova_imagecache
 from nova.virt.libvirt import utils as libvirt_utils
 
+from nova_imgtype import exception
 from nova_imgtype.testing import libvirtd as real
 from nova_imgtype.virt.libvirt import pools
 from nova_imgtype.virt.libvirt import storage
@@ -132,7 +133,7 @@ def test_qcow2_image_becomes_an_overlay_volume_and_boots(
 
 
 def test_raw_image_is_copied_into_a_raw_volume(pool_driver, glance,  # noqa
-                                               tmp_path):
+                                               tmp_path, libvirt_conn):
     image_id = str(uuid.uuid4())
     src = str(tmp_path / 'img.raw')
     real.make_image(src, 'raw', 32 * MiB)
@@ -149,6 +150,20 @@ def test_raw_image_is_copied_into_a_raw_volume(pool_driver, glance,  # noqa
     os.truncate(head, 32 * MiB)
     assert (real.sha256_of_guest_data(head, 'raw') ==
             real.sha256_of_guest_data(src, 'raw'))
+
+    # A snapshot extraction that fails (here: libvirt cannot write the
+    # target format) removes its temporary pool and leaves no file; the
+    # disk is untouched.
+    snap_dir = tmp_path / 'snap'
+    snap_dir.mkdir()
+    with pytest.raises(exception.VolumeCreateFailed,
+                       match='volume snap in storage pool nova-snapshot-'):
+        disk.snapshot_extract(str(snap_dir / 'snap'), 'no-such-format')
+    assert [p.name() for p in libvirt_conn.listAllStoragePools(0)
+            if p.name().startswith('nova-snapshot-')] == []
+    assert os.listdir(snap_dir) == []
+    assert disk.exists()
+
     pool_driver._delete_pool_volumes(inst)
     assert not disk.exists()
 
