@@ -22,13 +22,17 @@ Nobody boots ploop (it needs ``virt_type = parallels``).
 
 from __future__ import annotations
 
+import urllib.parse
+from typing import Any
+
+import fixtures
 import os_traits
 from nova.scheduler import request_filter
 from nova.tests.functional.api import client as api_client
 
 from nova_imgtype.cmd import status
 from nova_imgtype.scheduler import request_filters
-from tests.functional import base
+from nova_imgtype.testing import functional as base
 
 NATIVE = {'force_raw_images': False}
 CONVERT = {'force_raw_images': True}
@@ -51,6 +55,8 @@ class ImageTypeSchedulingTest(base.ImgtypeServersTestBase):
         self.assertIn(request_filters.image_type_support,
                       request_filter.ALL_REQUEST_FILTERS)
         self.flags(allow_resize_to_same_host=False)
+        #: Hosts live migrations went to (see _migrate_stub).
+        self.migrated: list[str] = []
 
     def _start(self, *hosts: str) -> None:
         options = {
@@ -155,21 +161,39 @@ class ImageTypeSchedulingTest(base.ImgtypeServersTestBase):
         self.assertEqual('narrow', server['OS-EXT-SRV-ATTR:host'])
 
     def test_boot_from_volume_is_unaffected(self) -> None:
+        """Only 'narrow' (no qcow2) is up: booting a qcow2 image fails, but
+        booting from a volume made from that qcow2 image goes ahead (the
+        image is Cinder's business, not the host's).
+
+        The volume is created from the image by the boot (BDM ``source_type
+        image``, ``destination_type volume``): the request spec then carries
+        the image's metadata from Glance, disk_format qcow2 included, and
+        ``is_bfv``, so it is the filter that must leave it alone. (A boot
+        from an existing volume carries no disk_format at all: stock Nova's
+        ``get_image_metadata_from_volume`` drops it.)
+        """
         self._start('narrow')
         image = self.create_image('qcow2')
-        server = self._build_server(image_uuid='', networks='none')
-        server['block_device_mapping_v2'] = [{
-            'boot_index': 0, 'uuid': base.nova_fixtures.CinderFixture.
-            IMAGE_BACKED_VOL, 'source_type': 'volume',
-            'destination_type': 'volume'}]
+        # Control: the same image, image-backed, has nowhere to go.
+        server = self._create_server(image_uuid=image['id'], networks='none',
+                                     expected_state='ERROR')
+        self.assertIn('No valid host', server['fault']['message'])
+        self._delete_server(server)
+
         self.useFixture(base.nova_fixtures.CinderFixture(self))
-        server = self.api.post_server({'server': server})
-        server = self._wait_for_state_change(server, 'ACTIVE')
+        server = self._build_server(networks='none')
+        server.pop('imageRef')
+        server['block_device_mapping_v2'] = [{
+            'boot_index': 0, 'source_type': 'image', 'uuid': image['id'],
+            'destination_type': 'volume', 'volume_size': 1,
+            'delete_on_termination': True}]
+        with self.on_compute('narrow'):
+            server = self.api.post_server({'server': server})
+            server = self._wait_for_state_change(server, 'ACTIVE')
         self.assertEqual('narrow', server['OS-EXT-SRV-ATTR:host'])
-        del image
+        self.assertEqual('', server['image'])
 
     def test_moves_keep_the_requirement(self) -> None:
-        self.flags(shelved_offload_time=0)
         self._start('native', 'narrow')
         image = self.create_image('qcow2')
         flavor = self._native_flavor()
@@ -196,33 +220,143 @@ class ImageTypeSchedulingTest(base.ImgtypeServersTestBase):
             self.assertEqual('native2', server['OS-EXT-SRV-ATTR:host'])
             server = self._confirm_resize(server)
 
-        # Unshelve: the shelve snapshot is qcow2 too.
-        uploads = self.capture_uploads()
-        server = self._shelve_server(server)
-        self.assertEqual('qcow2', uploads[0][0]['disk_format'])
-        server = self._unshelve_server(server)
-        self.assertIn(server['OS-EXT-SRV-ATTR:host'], ('native', 'native2'))
+    def _lure_to_narrow(self) -> None:
+        """Put a raw server on 'native2', so that of 'narrow' and 'native2'
+        the scheduler's weighers (free RAM, CPU, disk, I/O ops) prefer
+        'narrow': without the filter a move would go there, with it it
+        must go to 'native2'."""
+        raw = self.create_image('raw')
+        self.boot_server(raw['id'], host='native2', name='lure')
 
+    def _disable(self, host: str) -> None:
+        service = self.admin_api.get_services(host=host,
+                                              binary='nova-compute')[0]
+        self.admin_api.put_service(service['id'], {'status': 'disabled'})
 
     def test_evacuate_keeps_the_requirement(self) -> None:
-        self._start('native', 'narrow', 'native2')
+        self._start('native', 'narrow')
         image = self.create_image('qcow2')
-        server = self.boot_server(image['id'], host='native',
-                                  flavor_id=self._native_flavor())
+        server = self.boot_server(image['id'])
+        self.assertEqual('native', server['OS-EXT-SRV-ATTR:host'])
         self.computes['native'].stop()
         self.admin_api.put_service_force_down(
             self.admin_api.get_services(host='native',
                                         binary='nova-compute')[0]['id'],
             True)
-        # 'narrow' cannot use qcow2: the only choice is 'native2'.
+
+        # The only other host, 'narrow', cannot use qcow2: NoValidHost, as
+        # stock reports it (server in ERROR with the fault, migration in
+        # error). The harness's RPC casts are calls: the conductor's
+        # NoValidHost also comes back to the API request.
+        with self.on_compute('narrow'):
+            ex = self.assertRaises(api_client.OpenStackApiException,
+                                   self.admin_api.post_server_action,
+                                   server['id'], {'evacuate': {}})
+        self.assertIn('NoValidHost', str(ex))
+        self._wait_for_migration_status(server, ['error'])
+        server = self._wait_for_server_parameter(
+            server, {'status': 'ERROR', 'OS-EXT-SRV-ATTR:host': 'native',
+                     'OS-EXT-STS:task_state': None})
+        self.assertIn('No valid host', server['fault']['message'])
+
+        # 'native2' can (and 'narrow' is the weighers' choice): it goes to
+        # 'native2'. (Evacuated guests come back SHUTOFF in this harness,
+        # as stock's own _evacuate_server helper expects; one evacuated
+        # from ERROR comes back ACTIVE.)
+        self._start('native2')
+        self._lure_to_narrow()
         with self.on_compute('native2'):
             self.admin_api.post_server_action(server['id'],
                                               {'evacuate': {}})
-            # (Evacuated guests come back SHUTOFF in this harness, as
-            # stock's own _evacuate_server helper expects.)
+            self._wait_for_migration_status(server, ['done'])
             server = self._wait_for_server_parameter(
                 server, {'OS-EXT-SRV-ATTR:host': 'native2',
                          'OS-EXT-STS:task_state': None})
+
+    def test_unshelve_keeps_the_requirement(self) -> None:
+        self.flags(shelved_offload_time=0)
+        self._start('native', 'narrow')
+        image = self.create_image('qcow2')
+        server = self.boot_server(image['id'])
+        self.assertEqual('native', server['OS-EXT-SRV-ATTR:host'])
+        uploads = self.capture_uploads()
+        server = self._shelve_server(server)
+        # The shelve snapshot is qcow2 too.
+        self.assertEqual('qcow2', uploads[0][0]['disk_format'])
+        self._disable('native')
+
+        # Only 'narrow' is left, and it cannot use qcow2: NoValidHost. Stock
+        # conductor leaves the server SHELVED_OFFLOADED, without a host or a
+        # task, and says so in its log (it records no fault).
+        self.api.post_server_action(server['id'], {'unshelve': None})
+        server = self._wait_for_server_parameter(
+            server, {'status': 'SHELVED_OFFLOADED',
+                     'OS-EXT-STS:task_state': None,
+                     'OS-EXT-SRV-ATTR:host': None})
+        self.assertIn('No valid host found for unshelve instance',
+                      self.stdlog.logger.output)
+        self.assertNotIn('fault', server)
+
+        # 'native2' can (and 'narrow' is the weighers' choice).
+        self._start('native2')
+        self._lure_to_narrow()
+        with self.on_compute('native2'):
+            server = self._unshelve_server(server)
+        self.assertEqual('native2', server['OS-EXT-SRV-ATTR:host'])
+
+    def test_scheduled_live_migration_keeps_the_requirement(self) -> None:
+        """Live migration without a target host: conductor's
+        LiveMigrationTask asks the scheduler (select_destinations, where
+        process_reqspec runs the request filters) for a destination."""
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova.tests.fixtures.libvirt.Domain.migrateToURI3',
+            self._migrate_stub))
+        self._start('native', 'narrow')
+        image = self.create_image('qcow2')
+        server = self.boot_server(image['id'])
+        self.assertEqual('native', server['OS-EXT-SRV-ATTR:host'])
+
+        # Only 'narrow' could take it, and it cannot use qcow2: the
+        # migration fails to find a host (migration in error), the server
+        # stays where it was, ACTIVE. (The harness's RPC casts are calls:
+        # the conductor's NoValidHost also comes back to the API request.)
+        with self.on_compute('narrow'):
+            ex = self.assertRaises(
+                api_client.OpenStackApiException,
+                self.admin_api.post_server_action, server['id'],
+                {'os-migrateLive': {'host': None,
+                                    'block_migration': 'auto'}})
+        self.assertIn('NoValidHost', str(ex))
+        self._wait_for_migration_status(server, ['error'])
+        server = self._wait_for_server_parameter(
+            server, {'status': 'ACTIVE', 'OS-EXT-SRV-ATTR:host': 'native',
+                     'OS-EXT-STS:task_state': None})
+        event = self._wait_for_action_fail_completion(
+            server, 'live-migration', 'conductor_live_migrate_instance')
+        self.assertIn('NoValidHost', event.get('traceback') or
+                      event['details'])
+        self.assertEqual([], self.migrated)
+
+        # 'native2' can (and 'narrow' is the weighers' choice).
+        self._start('native2')
+        self._lure_to_narrow()
+        with self.on_compute('native2'):
+            server = self._live_migrate(server, api=self.admin_api)
+        self.assertEqual('native2', server['OS-EXT-SRV-ATTR:host'])
+        self.assertEqual(['native2'], self.migrated)
+
+    def _migrate_stub(self, domain: Any, destination: str,
+                      params: dict[str, Any], flags: int) -> None:
+        """fakelibvirt's migrateToURI3 always fails: the guest appears on
+        the destination host (``qemu+tcp://<host>/system``) and the job
+        completes, like stock's LibvirtMigrationMixin."""
+        host = urllib.parse.urlparse(destination).hostname
+        assert host is not None
+        self.computes[host].driver._host.get_connection().createXML(
+            params['destination_xml'],
+            'fake-createXML-doesnt-care-about-flags')
+        domain.complete_job()
+        self.migrated.append(host)
 
     def test_traits_follow_a_config_change_and_restart(self) -> None:
         self._start('native')
