@@ -1,6 +1,7 @@
-"""``python -m benchmarks [disk] [scheduling] [handlers]``: run the
-benchmarks named (all by default) and write results/latest.*; results of
-benchmarks not run this time are kept from the previous files."""
+"""``python -m benchmarks [disk] [scheduling] [handlers] [concurrency]
+[audit]``: run the benchmarks named (all by default) and write
+results/latest.*; results of benchmarks not run this time are kept from
+the previous files."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from nova import monkey_patch
 
 monkey_patch.patch()
 
+from benchmarks import cache_audit  # noqa: E402
+from benchmarks import concurrent_spawns  # noqa: E402
 from benchmarks import disk_creation  # noqa: E402
 from benchmarks import scheduling  # noqa: E402
 from benchmarks import template_handlers  # noqa: E402
@@ -26,6 +29,8 @@ BENCHMARKS = {
     'disk': (disk_creation, 'disk creation'),
     'scheduling': (scheduling, 'scheduling'),
     'handlers': (template_handlers, 'template handlers'),
+    'concurrency': (concurrent_spawns, 'concurrent spawns'),
+    'audit': (cache_audit, 'image cache audit'),
 }
 
 
@@ -53,7 +58,7 @@ def to_markdown(info: dict[str, str], rows: list[dict],
     lines = ['# nova-imgtype benchmarks', '',
              'Machine: ' + ', '.join('%s %s' % kv for kv in info.items()),
              '', 'Reproduce with `make bench` (one benchmark: '
-             '`.venv/bin/python -m benchmarks disk|scheduling|handlers`).',
+             '`.venv/bin/python -m benchmarks %s`).' % '|'.join(BENCHMARKS),
              '']
     if measured:
         lines += ['Measured: ' + ', '.join(
@@ -71,6 +76,12 @@ def to_markdown(info: dict[str, str], rows: list[dict],
     handlers = [r for r in rows if r.get('benchmark') == 'template handlers']
     if handlers:
         lines += ['', template_handlers.to_markdown(handlers)]
+    spawns = [r for r in rows if r.get('benchmark') == 'concurrent spawns']
+    if spawns:
+        lines += ['', concurrent_spawns.to_markdown(spawns)]
+    audit = [r for r in rows if r.get('benchmark') == 'image cache audit']
+    if audit:
+        lines += ['', cache_audit.to_markdown(audit)]
     return '\n'.join(lines).rstrip('\n') + '\n'
 
 
