@@ -123,7 +123,6 @@ def make_demo_case(stock: bool, rows: list[Row],
     :param libvirt_uri: the daemon holding the pools of ``node-pools``.
     """
     import fixtures
-    import libvirt
     from nova.tests.functional.api import client as api_client
     from nova.virt.libvirt import driver as stock_driver
 
@@ -176,27 +175,9 @@ def make_demo_case(stock: bool, rows: list[Row],
                 timed))
             if stock:
                 return
-            self.flags(available_filters=[
-                'nova.scheduler.filters.all_filters',
-                'nova_imgtype.scheduler.filters.all_filters'],
-                group='filter_scheduler')
-            self.flags(filter_hosts_by_image_type_support=True,
-                       group='scheduler')
-            self.restart_scheduler()
+            self.enable_image_type_filter()
             if libvirt_uri:
-                self.conn = libvirt.open(libvirt_uri)
-                self.addCleanup(self.conn.close)
-                self.addCleanup(self._remove_pools)
-                self.useFixture(fixtures.MockPatch(
-                    'nova_imgtype.virt.libvirt.driver.LibvirtDriver.'
-                    '_storage_connection', return_value=self.conn))
-
-        def _remove_pools(self) -> None:
-            for pool in self.conn.listAllStoragePools(0):
-                if pool.name().startswith('nova-'):
-                    if pool.isActive():
-                        pool.destroy()
-                    pool.undefine()
+                self.conn = self.use_real_pools(libvirt_uri)
 
         def serve(self, fmt: str) -> dict[str, Any]:
             virtual_mb, data_mb = IMAGES[fmt]

@@ -34,7 +34,9 @@ from typing import Any
 from unittest import mock
 
 import fixtures
+import libvirt
 import nova.conf
+from nova.scheduler import request_filter
 from nova.tests import fixtures as nova_fixtures
 from nova.tests.functional.libvirt import base as libvirt_base
 from nova.virt.libvirt import driver as libvirt_driver
@@ -99,6 +101,15 @@ def qemu_img_info(path: str) -> dict[str, Any]:
         check=True, capture_output=True, text=True).stdout
     info: dict[str, Any] = json.loads(out)
     return info
+
+
+def _remove_nova_pools(conn: Any) -> None:
+    """Stop and undefine every ``nova-*`` storage pool of ``conn``."""
+    for pool in conn.listAllStoragePools(0):
+        if pool.name().startswith('nova-'):
+            if pool.isActive():
+                pool.destroy()
+            pool.undefine()
 
 
 def _flag_dict(flags: Mapping[str | None, Mapping[str, Any]] | None,
@@ -201,6 +212,43 @@ class ImgtypeServersTestBase(libvirt_base.ServersTestBase):
         (``available_filters``, where request filters come in) at start."""
         self.scheduler.stop()
         self.scheduler = self.start_service('scheduler')
+
+    def enable_image_type_filter(self) -> None:
+        """Load nova-imgtype's request filter the stock way and turn it on.
+
+        ``[filter_scheduler]available_filters`` gets
+        ``nova_imgtype.scheduler.filters.all_filters`` next to Nova's
+        default (which adds our request filters to Nova's list), the toggle
+        is set, and the scheduler restarted to read them. Nova's list of
+        request filters is put back afterwards.
+        """
+        saved = list(request_filter.ALL_REQUEST_FILTERS)
+        self.addCleanup(request_filter.ALL_REQUEST_FILTERS.__setitem__,
+                        slice(None), saved)
+        self.flags(available_filters=[
+            'nova.scheduler.filters.all_filters',
+            'nova_imgtype.scheduler.filters.all_filters'],
+            group='filter_scheduler')
+        self.flags(filter_hosts_by_image_type_support=True,
+                   group='scheduler')
+        self.restart_scheduler()
+
+    def use_real_pools(self, uri: str) -> Any:
+        """Manage the computes' storage pools on the libvirtd at ``uri``.
+
+        fakelibvirt (the harness's libvirt) has no storage pool API: the
+        driver's storage connection is pointed at a real daemon. The pools
+        made there are removed afterwards.
+
+        :returns: the connection.
+        """
+        conn = libvirt.open(uri)
+        self.addCleanup(conn.close)
+        self.addCleanup(_remove_nova_pools, conn)
+        self.useFixture(fixtures.MockPatch(
+            'nova_imgtype.virt.libvirt.driver.LibvirtDriver.'
+            '_storage_connection', return_value=conn))
+        return conn
 
     # -- computes and their options -------------------------------------------
 

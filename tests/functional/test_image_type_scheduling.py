@@ -42,16 +42,7 @@ class ImageTypeSchedulingTest(base.ImgtypeServersTestBase):
 
     def setUp(self) -> None:
         super().setUp()
-        saved = list(request_filter.ALL_REQUEST_FILTERS)
-        self.addCleanup(request_filter.ALL_REQUEST_FILTERS.__setitem__,
-                        slice(None), saved)
-        self.flags(available_filters=[
-            'nova.scheduler.filters.all_filters',
-            'nova_imgtype.scheduler.filters.all_filters'],
-            group='filter_scheduler')
-        self.flags(filter_hosts_by_image_type_support=True,
-                   group='scheduler')
-        self.restart_scheduler()
+        self.enable_image_type_filter()
         self.assertIn(request_filters.image_type_support,
                       request_filter.ALL_REQUEST_FILTERS)
         self.flags(allow_resize_to_same_host=False)

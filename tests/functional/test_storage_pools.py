@@ -14,7 +14,6 @@ import os
 from typing import Any
 
 import fixtures
-import libvirt
 import pytest
 from lxml import etree
 from nova import context as nova_context
@@ -44,12 +43,7 @@ class StoragePoolsTest(base.ImgtypeServersTestBase):
 
     def setUp(self) -> None:
         super().setUp()
-        self.conn = libvirt.open(self.libvirt_uri)
-        self.addCleanup(self.conn.close)
-        self.addCleanup(self._remove_pools)
-        self.useFixture(fixtures.MockPatch(
-            'nova_imgtype.virt.libvirt.driver.LibvirtDriver.'
-            '_storage_connection', return_value=self.conn))
+        self.conn = self.use_real_pools(self.libvirt_uri)
         self.ctxt = nova_context.get_admin_context()
         # fakelibvirt re-renders disks from its own parse (it drops
         # pool/volume sources): keep the XML the driver generated.
@@ -64,13 +58,6 @@ class StoragePoolsTest(base.ImgtypeServersTestBase):
 
         self.useFixture(fixtures.MonkeyPatch(
             'nova.virt.libvirt.driver.LibvirtDriver._get_guest_xml', spy))
-
-    def _remove_pools(self) -> None:
-        for pool in self.conn.listAllStoragePools(0):
-            if pool.name().startswith('nova-'):
-                if pool.isActive():
-                    pool.destroy()
-                pool.undefine()
 
     def _disks_pool(self) -> Any:
         return self.conn.storagePoolLookupByName(pools.DISKS_POOL)
