@@ -1,5 +1,5 @@
 """``python -m benchmarks [disk] [scheduling] [handlers] [concurrency]
-[audit]``: run the benchmarks named (all by default) and write
+[audit] [first-disk]``: run the benchmarks named (all by default) and write
 results/latest.*; results of benchmarks not run this time are kept from
 the previous files."""
 
@@ -19,6 +19,7 @@ monkey_patch.patch()
 from benchmarks import cache_audit  # noqa: E402
 from benchmarks import concurrent_spawns  # noqa: E402
 from benchmarks import disk_creation  # noqa: E402
+from benchmarks import first_disk  # noqa: E402
 from benchmarks import scheduling  # noqa: E402
 from benchmarks import template_handlers  # noqa: E402
 
@@ -31,6 +32,7 @@ BENCHMARKS = {
     'handlers': (template_handlers, 'template handlers'),
     'concurrency': (concurrent_spawns, 'concurrent spawns'),
     'audit': (cache_audit, 'image cache audit'),
+    'first-disk': (first_disk, 'time to first disk'),
 }
 
 
@@ -82,6 +84,9 @@ def to_markdown(info: dict[str, str], rows: list[dict],
     audit = [r for r in rows if r.get('benchmark') == 'image cache audit']
     if audit:
         lines += ['', cache_audit.to_markdown(audit)]
+    first = [r for r in rows if r.get('benchmark') == first_disk.LABEL]
+    if first:
+        lines += ['', first_disk.to_markdown(first)]
     return '\n'.join(lines).rstrip('\n') + '\n'
 
 
