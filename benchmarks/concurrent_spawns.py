@@ -30,7 +30,6 @@ medians of several runs, each from an empty cache; each run is checked
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import statistics
@@ -52,6 +51,7 @@ from nova.virt.libvirt import imagecache as nova_imagecache
 from nova.virt.libvirt import utils as libvirt_utils
 from oslo_config import fixture as config_fixture
 
+from benchmarks import fakes
 from nova_imgtype.testing import libvirtd as real
 from nova_imgtype.virt.libvirt import driver as imgtype_driver
 from nova_imgtype.virt.libvirt import imagecache
@@ -82,15 +82,8 @@ class _ImageService:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.image_id = str(uuid.uuid4())
-        digest = hashlib.sha512()
-        with open(path, 'rb') as f:
-            while chunk := f.read(16 * MiB):
-                digest.update(chunk)
-        self.meta = {
-            'id': self.image_id, 'disk_format': 'qcow2',
-            'container_format': 'bare', 'size': os.path.getsize(path),
-            'os_hash_algo': 'sha512', 'os_hash_value': digest.hexdigest()}
+        self.meta = fakes.image_meta(path, 'qcow2')
+        self.image_id = self.meta['id']
         self.downloads = 0
 
     def get(self, context: Any, image_id: str, *args: Any,

@@ -60,7 +60,6 @@ every disk (it took 0.5-1.5 s on a shared machine).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import statistics
@@ -81,6 +80,7 @@ from nova.virt.libvirt import utils as libvirt_utils
 from oslo_config import fixture as config_fixture
 from oslo_utils import fileutils
 
+from benchmarks import fakes
 from nova_imgtype.testing import libvirtd as real
 from nova_imgtype.virt.libvirt import imagecache
 from nova_imgtype.virt.libvirt import pools
@@ -98,7 +98,6 @@ DATA_PERCENT = 40
 RUNS = {256 * MiB: (3, 3), GiB: (1, 3), 4 * GiB: (1, 1)}
 #: glanceclient's download chunk size.
 CHUNK = 64 * 1024
-VOLUME_ID = '5d3e8f1a-7b2c-4c9e-a1f0-3e6b9d8c7a21'
 
 STOCK_FLAT = 'stock Flat (force_raw)'
 STOCK_QCOW2 = 'stock Qcow2 (force_raw)'
@@ -141,13 +140,9 @@ class _ImageService:
 
     def __init__(self, path: str, fmt: str, sha512: str) -> None:
         self.path = path
-        self.image_id = str(uuid.uuid4())
-        self.meta = {
-            'id': self.image_id, 'disk_format': fmt,
-            'container_format': 'bare', 'size': os.path.getsize(path),
-            'os_hash_algo': 'sha512', 'os_hash_value': sha512,
-            'locations': [{'url': 'cinder://%s' % VOLUME_ID,
-                           'metadata': {}}]}
+        self.meta = fakes.image_meta(path, fmt, sha512,
+                                     cinder_location=True)
+        self.image_id = self.meta['id']
         self.downloads = 0
         # Nova's real download code, on a client that reads the file.
         self.session = glance.GlanceImageServiceV2(client=self)
@@ -164,29 +159,6 @@ class _ImageService:
 
     def session_for(self, context: Any, image_id: str) -> tuple[Any, str]:
         return self.session, image_id
-
-
-class _Cinder:
-    """Cinder's attachment API: the volume is the image file itself."""
-
-    def __init__(self) -> None:
-        self.device = ''
-        self.attachments: dict[str, str] = {}
-
-    def attachment_create(self, context: Any, volume_id: str,
-                          instance_id: str, connector: Any = None,
-                          mountpoint: Any = None) -> dict[str, Any]:
-        aid = str(uuid.uuid4())
-        self.attachments[aid] = volume_id
-        return {'id': aid, 'connection_info': {
-            'driver_volume_type': 'local',
-            'data': {'device_path': self.device}}}
-
-    def attachment_complete(self, context: Any, attachment_id: str) -> None:
-        assert attachment_id in self.attachments
-
-    def attachment_delete(self, context: Any, attachment_id: str) -> None:
-        del self.attachments[attachment_id]
 
 
 def _make_image(work: str, size: int) -> tuple[str, str]:
@@ -208,15 +180,7 @@ def _make_image(work: str, size: int) -> tuple[str, str]:
         for i in range(clusters):
             f.write(text + i.to_bytes(8, 'big') + noise[i % len(noise)])
         f.truncate(size)
-    return path, _sha512(path)
-
-
-def _sha512(path: str) -> str:
-    digest = hashlib.sha512()
-    with open(path, 'rb') as f:
-        while chunk := f.read(16 * MiB):
-            digest.update(chunk)
-    return digest.hexdigest()
+    return path, fakes.sha512_of(path)
 
 
 class _Bench:
@@ -246,7 +210,7 @@ class _Bench:
         self.storage = pools.StoragePools(lambda: conn)
         self.made_pools = [self.storage.ensure(spec, autostart=False)
                            for spec in pools.default_specs(self.instances)]
-        self.cinder = _Cinder()
+        self.cinder = fakes.Cinder()
         self.drivers: dict[str, Any] = {}
         for method in METHODS:
             self.configure(method)
@@ -456,7 +420,7 @@ def run() -> list[dict[str, Any]]:
             real.qemu_img('convert', '-c', '-o', 'compression_type=zstd',
                           '-f', 'raw', '-O', 'qcow2', raw, qcow2)
             for fmt, path, sha in (('raw', raw, raw_sha),
-                                   ('qcow2', qcow2, _sha512(qcow2))):
+                                   ('qcow2', qcow2, fakes.sha512_of(qcow2))):
                 svc = _ImageService(path, fmt, sha)
                 bench.cinder.device = path
                 undo = _patch_image_apis(svc)

@@ -31,14 +31,12 @@ by the cached copy or by the volume. Cache bytes are the handler's
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import statistics
 import subprocess
 import tempfile
 import time
-import uuid
 from typing import Any
 
 import nova.conf
@@ -47,6 +45,7 @@ from nova.virt import images
 from nova.virt.libvirt import utils as libvirt_utils
 from oslo_config import fixture as config_fixture
 
+from benchmarks import fakes
 from nova_imgtype.virt.libvirt import imagecache
 from nova_imgtype.virt.libvirt import template_handlers
 from nova_imgtype.virt.libvirt.template_handlers import downloading
@@ -61,7 +60,6 @@ FILL = 10
 CHUNK = 64 * 1024
 RUNS = 5
 HANDLERS = ('downloading', 'volume-based-linking')
-VOLUME_ID = '4b7f0a52-9c3e-4f0d-8a61-2e5d7c9b1f30'
 
 
 class _ImageService:
@@ -69,17 +67,8 @@ class _ImageService:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.image_id = str(uuid.uuid4())
-        digest = hashlib.sha512()
-        with open(path, 'rb') as f:
-            while chunk := f.read(16 * MiB):
-                digest.update(chunk)
-        self.meta = {
-            'id': self.image_id, 'disk_format': 'qcow2',
-            'container_format': 'bare', 'size': os.path.getsize(path),
-            'os_hash_algo': 'sha512', 'os_hash_value': digest.hexdigest(),
-            'locations': [{'url': 'cinder://%s' % VOLUME_ID,
-                           'metadata': {}}]}
+        self.meta = fakes.image_meta(path, 'qcow2', cinder_location=True)
+        self.image_id = self.meta['id']
         self.downloads = 0
 
     def get(self, context: Any, image_id: str,
@@ -92,29 +81,6 @@ class _ImageService:
         with open(self.path, 'rb') as f:
             while chunk := f.read(CHUNK):
                 data.write(chunk)
-
-
-class _Cinder:
-    """Cinder's attachment API: the volume is the image file itself."""
-
-    def __init__(self, device: str) -> None:
-        self.device = device
-        self.attachments: dict[str, str] = {}
-
-    def attachment_create(self, context: Any, volume_id: str,
-                          instance_id: str, connector: Any = None,
-                          mountpoint: Any = None) -> dict[str, Any]:
-        aid = str(uuid.uuid4())
-        self.attachments[aid] = volume_id
-        return {'id': aid, 'connection_info': {
-            'driver_volume_type': 'local',
-            'data': {'device_path': self.device}}}
-
-    def attachment_complete(self, context: Any, attachment_id: str) -> None:
-        assert attachment_id in self.attachments
-
-    def attachment_delete(self, context: Any, attachment_id: str) -> None:
-        del self.attachments[attachment_id]
 
 
 def _image(path: str, size: int) -> int:
@@ -170,7 +136,7 @@ def _measure(size: int, data: int, image: str,
         module.IMAGE_API.get = svc.get  # type: ignore[method-assign]
     downloading.IMAGE_API.download = (  # type: ignore[method-assign]
         svc.download)
-    cinder = _Cinder(image)
+    cinder = fakes.Cinder(image)
     handlers = {name: template_handlers.load(name) for name in HANDLERS}
     handlers['volume-based-linking'].volume_api = cinder  # type: ignore
     context = nova_context.get_admin_context()
