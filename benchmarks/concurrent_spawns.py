@@ -1,6 +1,6 @@
 """1, 4 and 16 concurrent spawns of one image: downloads made and wall time.
 
-N instances of one image (256 MiB qcow2, every byte random data) are
+N instances of one image (128 MiB qcow2, every byte random data) are
 spawned at once on a host with an empty image cache: each does what
 ``_create_image`` does for its root disk, the driver's
 ``_try_fetch_image_cache`` with stock ``libvirt_utils.fetch_image``, in
@@ -59,7 +59,7 @@ from nova_imgtype.virt.libvirt.template_handlers import downloading
 
 CONF = nova.conf.CONF
 MiB = 1024 ** 2
-SIZE = 256 * MiB
+SIZE = 128 * MiB
 #: glanceclient's download chunk size.
 CHUNK = 64 * 1024
 #: The image service's "network": 1 Gbit/s.
@@ -266,7 +266,7 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
         'median of %d runs; `vs stock` is the ratio of medians to stock '
         'with Nova\'s default `force_raw_images = True` (see '
         '`benchmarks/concurrent_spawns.py`).'
-        % (rows[0]['image'] if rows else '256 MiB qcow2',
+        % (rows[0]['image'] if rows else '128 MiB qcow2',
            rows[0]['runs'] if rows else RUNS),
         '',
         '| config | N | downloads | median wall s | vs stock |',

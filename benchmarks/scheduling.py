@@ -95,8 +95,8 @@ CONFIGS = (STOCK, REQUEST, HOST)
 #: keep the whole module within a few minutes on two cores.
 RUNS: dict[int, dict[str, int]] = {
     100: {STOCK: 15, REQUEST: 15, HOST: 10},
-    1000: {STOCK: 7, REQUEST: 7, HOST: 3},
-    5000: {STOCK: 3, REQUEST: 3, HOST: 2},
+    1000: {STOCK: 5, REQUEST: 5, HOST: 2},
+    5000: {STOCK: 2, REQUEST: 2, HOST: 1},
 }
 
 MAX_PLACEMENT_RESULTS = 10000

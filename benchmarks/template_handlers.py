@@ -58,7 +58,7 @@ MiB = 1024 ** 2
 FILL = 10
 #: glanceclient's download chunk size.
 CHUNK = 64 * 1024
-RUNS = 5
+RUNS = 3
 HANDLERS = ('downloading', 'volume-based-linking')
 
 
