@@ -48,8 +48,7 @@ def machine() -> dict[str, str]:
         'python': platform.python_version(),
         'kernel': platform.release(),
         'libvirt': out('libvirtd', '--version'),
-        'qemu-img': out('qemu-img', '--version').splitlines()[0]
-        if out('qemu-img', '--version') else '',
+        'qemu-img': (out('qemu-img', '--version').splitlines() or [''])[0],
         'date': datetime.datetime.now(datetime.UTC).isoformat(
             timespec='seconds'),
     }
@@ -65,28 +64,10 @@ def to_markdown(info: dict[str, str], rows: list[dict],
     if measured:
         lines += ['Measured: ' + ', '.join(
             '%s %s' % kv for kv in sorted(measured.items())), '']
-    disk = [r for r in rows if r.get('benchmark') == 'disk creation']
-    if disk:
-        lines += ['| image | method | median s | vs stock Qcow2 | '
-                  'cache bytes |', '| --- | --- | ---: | ---: | ---: |']
-    for r in disk:
-        lines.append('| %(image)s | %(method)s | %(median_s).4f | '
-                     '%(vs_stock_qcow2)s | %(cache_bytes)d |' % r)
-    sched = [r for r in rows if r.get('benchmark') == 'scheduling']
-    if sched:
-        lines += ['', scheduling.to_markdown(sched)]
-    handlers = [r for r in rows if r.get('benchmark') == 'template handlers']
-    if handlers:
-        lines += ['', template_handlers.to_markdown(handlers)]
-    spawns = [r for r in rows if r.get('benchmark') == 'concurrent spawns']
-    if spawns:
-        lines += ['', concurrent_spawns.to_markdown(spawns)]
-    audit = [r for r in rows if r.get('benchmark') == 'image cache audit']
-    if audit:
-        lines += ['', cache_audit.to_markdown(audit)]
-    first = [r for r in rows if r.get('benchmark') == first_disk.LABEL]
-    if first:
-        lines += ['', first_disk.to_markdown(first)]
+    for module, label in BENCHMARKS.values():
+        mine = [r for r in rows if r.get('benchmark') == label]
+        if mine:
+            lines += ['', module.to_markdown(mine)]
     return '\n'.join(lines).rstrip('\n') + '\n'
 
 

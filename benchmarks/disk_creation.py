@@ -168,3 +168,13 @@ def _measure(label: str, image: str, fmt: str, size: int, work: str,
         os.unlink(path)
     storage.refresh(pools.BASE_POOL)
     return rows
+
+
+def to_markdown(rows: list[dict[str, Any]]) -> str:
+    """The disk creation section of ``results/latest.md``."""
+    lines = ['## Disk creation from a cached template', '',
+             '| image | method | median s | vs stock Qcow2 | cache bytes |',
+             '| --- | --- | ---: | ---: | ---: |']
+    lines += ['| %(image)s | %(method)s | %(median_s).4f | '
+              '%(vs_stock_qcow2)s | %(cache_bytes)d |' % r for r in rows]
+    return '\n'.join(lines) + '\n'

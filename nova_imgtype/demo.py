@@ -105,13 +105,6 @@ def _traits_text(traits: set[str]) -> str:
                                      ','.join(native) or '-')
 
 
-def _harness_base() -> type:
-    # Imported here: the harness pulls in Nova's test fixtures, which only
-    # ``nova-imgtype demo`` needs.
-    from nova_imgtype.testing import functional
-    return functional.ImgtypeServersTestBase
-
-
 def make_demo_case(stock: bool, rows: list[Row],
                    progress: Callable[[str], None],
                    libvirt_uri: str | None) -> unittest.TestCase:
@@ -122,7 +115,11 @@ def make_demo_case(stock: bool, rows: list[Row],
     :param rows: where the boots are recorded.
     :param libvirt_uri: the daemon holding the pools of ``node-pools``.
     """
+    # Imported here: the harness pulls in Nova's test fixtures, which only
+    # ``nova-imgtype demo`` needs.
     import fixtures
+    from nova import context as nova_context
+    from nova import objects
     from nova.tests.functional.api import client as api_client
     from nova.virt.libvirt import driver as stock_driver
 
@@ -130,7 +127,7 @@ def make_demo_case(stock: bool, rows: list[Row],
     from nova_imgtype.virt.libvirt import pools as pools_mod
     from nova_imgtype.virt.libvirt import resolver as resolver_mod
 
-    class DemoCloud(_harness_base()):  # type: ignore[misc]
+    class DemoCloud(functional.ImgtypeServersTestBase):
         if stock:
             driver_class = stock_driver.LibvirtDriver
 
@@ -269,8 +266,6 @@ def make_demo_case(stock: bool, rows: list[Row],
             raise AssertionError('server %s still building' % server['id'])
 
         def _instance(self, server_id: str) -> Any:
-            from nova import context as nova_context
-            from nova import objects
             return objects.Instance.get_by_uuid(
                 nova_context.get_admin_context(), server_id,
                 expected_attrs=['system_metadata'])
@@ -311,19 +306,18 @@ def format_rows(rows: list[Row]) -> str:
     def mib(n: int | None) -> str:
         return '-' if n is None else '%.1f MiB' % (n / MiB)
 
+    # Grouped by image (in the order they were booted), stock next to ours.
+    order = {image: n for n, image in
+             enumerate(dict.fromkeys(r.image for r in rows))}
     table = []
-    for image in dict.fromkeys(r.image for r in rows):
-        for r in rows:
-            if r.image != image:
-                continue
-            table.append({
-                'image': r.image, 'cloud': r.cloud, 'asked': r.requested,
-                'host': r.host, 'result': r.status, 'backend': r.backend,
-                'template': r.template, 'converted': r.converted,
-                'cache': mib(r.cache_bytes),
-                'disk prep': '-' if r.prep_s is None else
-                '%.3f s' % r.prep_s,
-                'host traits': r.traits})
+    for r in sorted(rows, key=lambda r: order[r.image]):
+        table.append({
+            'image': r.image, 'cloud': r.cloud, 'asked': r.requested,
+            'host': r.host, 'result': r.status, 'backend': r.backend,
+            'template': r.template, 'converted': r.converted,
+            'cache': mib(r.cache_bytes),
+            'disk prep': '-' if r.prep_s is None else '%.3f s' % r.prep_s,
+            'host traits': r.traits})
     return format_table(table)
 
 

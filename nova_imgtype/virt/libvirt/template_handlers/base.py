@@ -31,8 +31,9 @@ def template_lock(target: str) -> Callable[[Callable[..., Any]],
     bare file name) around its fetch function, which is where handlers are
     called from: oslo.concurrency's locks are not reentrant, and one name
     for both would deadlock every build. Callers that reach a handler
-    without ``Image.cache()`` (the image cache manager, direct users) are
-    serialised by this one.
+    without ``Image.cache()`` (``init()`` aside, nothing in the driver does)
+    are serialised by this one; the image cache manager calls
+    ``remove_image()`` under stock's lock, like a build's fetch.
     """
     return utils.synchronized(
         'template-%s' % os.path.basename(target), external=True,
