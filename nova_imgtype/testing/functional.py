@@ -23,7 +23,6 @@ Config is global (one ``CONF`` per process), see :meth:`start_compute` and
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import subprocess
 import sys
@@ -45,6 +44,7 @@ from nova.virt.libvirt import imagecache
 from nova.virt.libvirt import utils as libvirt_utils
 
 import nova_imgtype.conf  # noqa: F401  registers [libvirt]images_type_mapping
+from nova_imgtype.testing.libvirtd import qemu_img_info  # noqa: F401 (tests)
 from nova_imgtype.virt.libvirt import driver as imgtype_driver
 
 CONF = nova.conf.CONF
@@ -92,15 +92,6 @@ _QEMU_FORMAT = {'vhd': 'vpc', 'ploop': 'parallels'}
 #: Written at offset 0 of every image :meth:`create_image` makes, so a test
 #: can check that the bytes on disk came from the image.
 IMAGE_MARKER = b'nova-imgtype functional image\n'
-
-
-def qemu_img_info(path: str) -> dict[str, Any]:
-    """``qemu-img info --output=json`` of ``path`` (one layer), parsed."""
-    out = subprocess.run(
-        ['qemu-img', 'info', '--force-share', '--output=json', path],
-        check=True, capture_output=True, text=True).stdout
-    info: dict[str, Any] = json.loads(out)
-    return info
 
 
 def _remove_nova_pools(conn: Any) -> None:

@@ -22,10 +22,8 @@ the image cache manager (fakelibvirt has no pool API).
 from __future__ import annotations
 
 import collections
-import json
 import os
 import shutil
-import subprocess
 import uuid
 from typing import Any
 from unittest import mock
@@ -38,6 +36,7 @@ from os_brick.initiator.connectors import local as brick_local
 
 from nova_imgtype import exception
 from nova_imgtype.testing import functional as base
+from nova_imgtype.testing import libvirtd
 from nova_imgtype.virt.libvirt.template_handlers import volume_linking
 
 LINKING = {'image_cache': {'template_image_handler': 'volume-based-linking'}}
@@ -55,16 +54,6 @@ assert not any(isinstance(real, mock.Mock)
                for real in _REAL_LOCAL_CONNECTOR.values()), (
     'tests.functional.test_template_handlers imported while os-brick is '
     'patched')
-
-
-def backing_chain(path: str) -> list[dict[str, Any]]:
-    """``qemu-img info --backing-chain`` of ``path``: the disk first."""
-    out = subprocess.run(
-        ['qemu-img', 'info', '--force-share', '--backing-chain',
-         '--output=json', path],
-        check=True, capture_output=True, text=True).stdout
-    chain: list[dict[str, Any]] = json.loads(out)
-    return chain
 
 
 class TemplateHandlersTest(base.ImgtypeServersTestBase):
@@ -220,7 +209,7 @@ class TemplateHandlersTest(base.ImgtypeServersTestBase):
         # The instance disk is a qcow2 overlay whose chain ends at the
         # device, and reads the image's bytes through it.
         disk = self.instance_path(linked, 'disk')
-        chain = backing_chain(disk)
+        chain = libvirtd.qemu_img_info(disk, backing_chain=True)
         self.assertEqual('qcow2', chain[0]['format'])
         self.assertEqual(template, chain[0]['full-backing-filename'])
         self.assertEqual(2, len(chain))
