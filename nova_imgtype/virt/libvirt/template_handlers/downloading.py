@@ -2,12 +2,12 @@
 
 Stock Nova's way, made safe to interrupt: the image is streamed through
 Nova's image API into ``<target>.part`` while its hash is computed with the
-image's ``os_hash_algo``, compared with ``os_hash_value``, inspected exactly
-as stock's ``fetch_to_raw`` does (format inspector, qemu-img, no backing or
-data file, VMDK create types), converted to raw when stock would, and only
-then renamed into place. A download cut off, a hash mismatch or a full disk
-leave no file behind. One download per template per host: an external lock
-per template, and nothing is fetched when the template exists.
+image's ``os_hash_algo``, compared with ``os_hash_value``, inspected as
+stock's ``fetch_to_raw`` does (:mod:`.inspection`), converted to raw when
+stock would, and only then renamed into place. A download cut off, a hash
+mismatch or a full disk leave no file behind. One download per template per
+host: an external lock per template, and nothing is fetched when the
+template exists.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from oslo_log import log as logging
 from oslo_utils import fileutils
 
 from nova_imgtype.virt.libvirt.template_handlers import base
+from nova_imgtype.virt.libvirt.template_handlers import inspection
 
 LOG = logging.getLogger(__name__)
 CONF = cfg.CONF
@@ -114,52 +115,32 @@ def prepare(meta: dict[str, Any], image_id: str, part: str, target: str,
             disk_format: str | None = None) -> None:
     """Inspect a downloaded image and put it in place as ``target``.
 
-    Stock ``fetch_to_raw``'s checks: the format inspector and qemu-img must
-    agree (and, for an image used natively, match ``disk_format``); images
-    with a backing file, a data-file or an unsafe VMDK are refused. Unless
-    used natively, a non-raw image is converted to raw when
-    ``force_raw_images`` is set. ``part`` is consumed.
+    The one inspection (:func:`.inspection.inspect`, stock ``fetch_to_raw``'s
+    checks) first; for an image used natively the content must also be
+    ``disk_format``. Unless used natively, a non-raw image is converted to
+    raw when ``force_raw_images`` is set. ``part`` is consumed.
 
     :raises ImageUnacceptable: naming the image and the reason.
     """
-    inspected = None
-    if not CONF.workarounds.disable_deep_image_inspection:
-        inspected = images.do_image_deep_inspection(meta, image_id, part)
-    data = images.qemu_img_info(part)
-    fmt = data.file_format
-    for expected in (inspected, disk_format):
-        if expected is not None and fmt != expected:
-            raise exception.ImageUnacceptable(
-                image_id=image_id,
-                reason=_('Image content is %(fmt)s, expected %(exp)s') %
-                {'fmt': fmt, 'exp': expected})
-    if data.backing_file is not None:
-        raise exception.ImageUnacceptable(
-            image_id=image_id,
-            reason=_('fmt=%(fmt)s backed by: %(backing_file)s') %
-            {'fmt': fmt, 'backing_file': data.backing_file})
-    try:
-        data_file = data.format_specific['data']['data-file']
-    except (KeyError, TypeError, AttributeError):
-        data_file = None
-    if data_file is not None:
-        raise exception.ImageUnacceptable(
-            image_id=image_id,
-            reason=_('fmt=%(fmt)s has data-file: %(data_file)s') %
-            {'fmt': fmt, 'data_file': data_file})
-    if fmt == 'vmdk':
-        images.check_vmdk_image(image_id, data)
+    fmt = inspection.inspect(meta, image_id, part, disk_format)
     if disk_format is None and fmt != 'raw' and CONF.force_raw_images:
         staged = '%s.converted' % target
         with fileutils.remove_path_on_error(staged):
             LOG.debug('%s was %s, converting to raw', image_id, fmt)
-            images.convert_image(part, staged, fmt, 'raw')
+            try:
+                images.convert_image(part, staged, fmt, 'raw')
+            except exception.ImageUnacceptable as e:
+                raise exception.ImageUnacceptable(
+                    image_id=image_id,
+                    reason=_('Unable to convert image to raw: %s') % e
+                ) from e
             os.unlink(part)
-            if images.qemu_img_info(staged).file_format != 'raw':
+            converted = images.qemu_img_info(staged).file_format
+            if converted != 'raw':
                 raise exception.ImageUnacceptable(
                     image_id=image_id,
                     reason=_('Converted to raw, but format is now %s') %
-                    images.qemu_img_info(staged).file_format)
+                    converted)
             os.rename(staged, target)
     else:
         os.rename(part, target)
