@@ -92,3 +92,13 @@ class NotSupportedOnPools(ImgtypeException, nova_exception.Invalid):
 class UnknownTemplateImageHandler(ImgtypeException, nova_exception.Invalid):
     msg_fmt = _('Unknown [image_cache]template_image_handler %(name)r; '
                 'registered handlers: %(known)s')
+
+
+class LinkedTemplateUnsafe(ImgtypeException, nova_exception.Invalid):
+    """A backend that copies templates as files met a linked template."""
+
+    msg_fmt = _('Template %(template)s is linked to an image volume, which '
+                'image backend %(backend)s would copy as a link (sharing '
+                'the volume with the instance); it is not used. Use '
+                '[image_cache]template_image_handler = downloading on hosts '
+                'with such instances')

@@ -11,6 +11,7 @@ from nova.virt.libvirt import imagebackend as nova_imagebackend
 import nova_imgtype.conf  # noqa: F401
 from nova_imgtype import exception
 from nova_imgtype.virt.libvirt import backends
+from nova_imgtype.virt.libvirt import flat
 from nova_imgtype.virt.libvirt import imagebackend
 from nova_imgtype.virt.libvirt import mapping
 from nova_imgtype.virt.libvirt import resolver as resolver_mod
@@ -20,8 +21,10 @@ objects.register_all()
 
 
 def test_stock_backends_resolve_to_novas_classes():
-    assert backends.get_class('raw') is nova_imagebackend.Flat
-    assert backends.get_class('flat') is nova_imagebackend.Flat
+    # Flat: stock's, copying a linked template as data (see flat.py).
+    assert backends.get_class('raw') is flat.Flat
+    assert backends.get_class('flat') is flat.Flat
+    assert flat.Flat.__bases__ == (nova_imagebackend.Flat,)
     assert backends.get_class('qcow2') is nova_imagebackend.Qcow2
     assert backends.get_class('lvm') is nova_imagebackend.Lvm
     assert backends.get_class('rbd') is nova_imagebackend.Rbd
@@ -136,11 +139,11 @@ def test_legacy_instance_follows_images_type_as_stock(conf, backend):
 def test_scope_makes_backend_per_instance(conf, backend):
     conf.config(images_type='flat', group='libvirt')
     inst = _instance(imgtype_backend='rbd')
-    assert backend.backend() is nova_imagebackend.Flat
+    assert backend.backend() is flat.Flat
     with backend.scope(inst):
         assert backend.backend() is nova_imagebackend.Rbd
         assert backend.backend().is_shared_block_storage()
-    assert backend.backend() is nova_imagebackend.Flat
+    assert backend.backend() is flat.Flat
 
 
 def test_by_libvirt_path_defaults_to_instance_backend(conf, backend,
@@ -149,3 +152,23 @@ def test_by_libvirt_path_defaults_to_instance_backend(conf, backend,
     inst = _instance(imgtype_backend='qcow2')
     img = backend.by_libvirt_path(inst, str(tmp_path / 'disk'))
     assert isinstance(img, nova_imagebackend.Qcow2)
+
+
+@pytest.mark.parametrize('name,safe', [
+    ('raw', True), ('flat', True), ('qcow2', True), ('lvm', True),
+    ('rbd', True), ('libvirt_storage', True),
+    # cp -r of the template (a link stays a link): downloaded templates.
+    ('ploop', False)])
+def test_which_backends_take_linked_templates(name, safe):
+    assert backends.accepts_linked_templates(backends.get_class(name)) is safe
+
+
+def test_third_party_backend_takes_no_linked_template_unless_it_says_so():
+    class Copies(nova_imagebackend.Flat):
+        pass
+
+    class Overlays(nova_imagebackend.Flat):
+        accepts_linked_templates = True
+
+    assert not backends.accepts_linked_templates(Copies)
+    assert backends.accepts_linked_templates(Overlays)

@@ -16,6 +16,12 @@ Two optional class attributes let a backend take part in the mapping:
 ``host_support_error(conf)``
     A classmethod returning ``None`` when this host can serve the backend,
     or a sentence saying why not.
+
+``accepts_linked_templates``
+    True when an instance disk never aliases its template, even one that is
+    a symbolic link to a volume (``volume-based-linking``): the template is
+    only a read-only copy-on-write backing, or its data is copied. Defaults
+    to False: such a backend gets downloaded templates.
 """
 
 from __future__ import annotations
@@ -76,6 +82,14 @@ _STOCK_HOST_CHECKS: dict[BackendClass,
 }
 
 
+# Stock backends that never alias their template: Qcow2 makes overlays on
+# it, Lvm (qemu-img convert) and Rbd (rbd import) copy its data. Stock
+# Flat copies it with ``cp -r``, a link as a link: this package registers
+# its own Flat (:mod:`.flat`) instead.
+_STOCK_LINK_SAFE: tuple[BackendClass, ...] = (
+    imagebackend.Qcow2, imagebackend.Lvm, imagebackend.Rbd)
+
+
 @functools.lru_cache(maxsize=1)
 def _manager() -> extension.ExtensionManager:
     return extension.ExtensionManager(NAMESPACE, invoke_on_load=False)
@@ -132,3 +146,11 @@ def host_support_error(name: str, conf: cfg.ConfigOpts) -> str | None:
         return check(conf)
     stock_check = _STOCK_HOST_CHECKS.get(cls)
     return stock_check(conf) if stock_check else None
+
+
+def accepts_linked_templates(cls: type) -> bool:
+    """Whether the backend class ``cls`` uses linked templates safely."""
+    declared = getattr(cls, 'accepts_linked_templates', None)
+    if declared is not None:
+        return bool(declared)
+    return cls in _STOCK_LINK_SAFE

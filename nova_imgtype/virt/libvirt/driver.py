@@ -49,6 +49,7 @@ from nova_imgtype.virt.libvirt import mapping as mapping_mod
 from nova_imgtype.virt.libvirt import pools as pools_mod
 from nova_imgtype.virt.libvirt import resolver as resolver_mod
 from nova_imgtype.virt.libvirt import template_handlers
+from nova_imgtype.virt.libvirt.template_handlers import base as handlers
 
 LOG = logging.getLogger(__name__)
 CONF: cfg.ConfigOpts = nova_imgtype.conf.CONF
@@ -271,7 +272,7 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                 native = disk_format
                 filename = imagecache.native_cache_fname(image_id,
                                                          str(disk_format))
-        handler = self._template_handler
+        handler = self._handler_for(image, filename, image_id)
 
         def fetch_template(context: Any, target: str, image_id: str,
                            trusted_certs: Any = None) -> None:
@@ -281,6 +282,28 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
         super()._try_fetch_image_cache(
             image, fetch_template, context, filename, image_id, instance,
             size, fallback_from_host=fallback_from_host)
+
+    def _handler_for(self, image: Any, filename: str,
+                     image_id: str) -> handlers.BaseTemplateImageHandler:
+        """The template handler for a disk of the backend ``image``.
+
+        A backend that would copy a linked template as a link (making the
+        image volume the instance's disk) gets downloaded templates; one
+        already linked under the same name is refused rather than aliased.
+        """
+        handler = self._template_handler
+        if not handler.links_templates or backends.accepts_linked_templates(
+                type(image)):
+            return handler
+        base = os.path.join(CONF.instances_path,
+                            CONF.image_cache.subdirectory_name, filename)
+        if os.path.islink(base):
+            raise exception.LinkedTemplateUnsafe(
+                template=base, backend=type(image).__name__)
+        LOG.info('Backend %(backend)s copies templates as files, a link as '
+                 'a link: image %(image)s is downloaded, not linked',
+                 {'backend': type(image).__name__, 'image': image_id})
+        return template_handlers.load('downloading')
 
     def _cleanup(self, context: Any, instance: objects.Instance,
                  network_info: Any, block_device_info: Any = None,

@@ -46,6 +46,9 @@ class LibvirtStorage(imagebackend.Image):
 
     #: Formats used without conversion when this backend is mapped.
     native_disk_formats = ('raw', 'qcow2')
+    #: A template is a read-only ``<backingStore>`` or copied by libvirt
+    #: (``createXMLFrom``, an upload): never a volume's alias.
+    accepts_linked_templates = True
 
     @classmethod
     def host_support_error(cls, conf: cfg.ConfigOpts) -> str | None:

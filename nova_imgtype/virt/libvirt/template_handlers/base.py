@@ -51,6 +51,11 @@ class BaseTemplateImageHandler(abc.ABC):
     #: The name the handler is registered under in the stevedore namespace
     #: ``nova_imgtype.template_image_handlers``.
     name: str = ''
+    #: Whether a template may be a symbolic link to data the handler does
+    #: not own (a volume). Backends that would copy such a link as a link
+    #: (``accepts_linked_templates`` False) then get their templates from
+    #: the ``downloading`` handler instead.
+    links_templates: bool = False
 
     def init(self, base_dir: str) -> None:  # noqa: B027 - optional hook
         """Re-prepare the templates after nova-compute (re)started.
@@ -71,7 +76,8 @@ class BaseTemplateImageHandler(abc.ABC):
         """Make ``target`` the template of ``image_id``.
 
         On return ``target`` exists and is whole: the image's data, checked
-        and inspected as stock Nova does, converted to raw when stock would
+        and inspected by :func:`.inspection.inspect` before it is put in
+        place, converted to raw when stock would
         (``force_raw_images``) unless ``disk_format`` asks for the image in
         its own format. On failure nothing is left at ``target`` (nor any
         partial file next to it) and the error names the image and the

@@ -27,7 +27,6 @@ from nova import exception
 from nova import utils
 from nova.i18n import _
 from nova.image import glance
-from nova.virt import images
 from nova.volume import cinder
 from os_brick.initiator import connector as brick_connector
 from oslo_config import cfg
@@ -36,6 +35,7 @@ from oslo_utils import fileutils
 
 from nova_imgtype.virt.libvirt.template_handlers import base
 from nova_imgtype.virt.libvirt.template_handlers import downloading
+from nova_imgtype.virt.libvirt.template_handlers import inspection
 
 LOG = logging.getLogger(__name__)
 CONF = cfg.CONF
@@ -50,6 +50,15 @@ _OWNER_NS = uuid.UUID('8f7c0b1e-2c4a-4d7e-9a51-6b0f3c9e2d11')
 def owner_uuid(host: str) -> str:
     """The "instance" this host's template attachments belong to."""
     return str(uuid.uuid5(_OWNER_NS, host))
+
+
+def _readable(path: str) -> bool:
+    """Whether ``path`` (through any link) opens for reading."""
+    try:
+        with open(path, 'rb'):
+            return True
+    except OSError:
+        return False
 
 
 def cinder_volume_id(meta: dict[str, Any]) -> str | None:
@@ -67,6 +76,7 @@ class VolumeLinkingTemplateImageHandler(base.BaseTemplateImageHandler):
     """Templates linked to the attached volume that holds the image."""
 
     name = 'volume-based-linking'
+    links_templates = True
 
     def __init__(self) -> None:
         self.fallback = downloading.DownloadingTemplateImageHandler()
@@ -124,29 +134,80 @@ class VolumeLinkingTemplateImageHandler(base.BaseTemplateImageHandler):
             state = self.linked(target)
             assert state is not None
             try:
-                device = self._connect(state['connection_info'])
+                self._relink(target, state)
             except Exception as e:  # noqa: BLE001 - reported, kept
                 LOG.error('Could not reconnect volume %(vol)s of template '
                           '%(target)s: %(err)s', {
                               'vol': state['volume_id'], 'target': target,
                               'err': e})
-                continue
-            if os.path.islink(target) and os.readlink(target) == device:
-                continue
+
+    def _relink(self, target: str, state: dict[str, Any]) -> None:
+        """Connect the recorded volume again and point ``target`` at it."""
+        device = self._connect(state['connection_info'])
+        if not _readable(device):
+            raise exception.DiskNotFound(location=device)
+        if os.path.islink(target) and os.readlink(target) == device:
+            return
+        tmp = '%s.relink' % target
+        fileutils.delete_if_exists(tmp)
+        os.symlink(device, tmp)
+        os.rename(tmp, target)
+        state['device_path'] = device
+        self._record(target, state)
+        LOG.info('Template %s linked again to volume %s at %s', target,
+                 state['volume_id'], device)
+
+    def _repair(self, target: str) -> bool:
+        """Bring back a template whose link is dangling, unreadable or gone.
+
+        Reconnected through what was recorded when that works; otherwise
+        the link and its attachment are released, so that the caller
+        fetches the template anew. Called under the template's lock.
+
+        :returns: whether ``target`` is usable again.
+        """
+        state = self.linked(target)
+        if state is not None:
+            try:
+                self._relink(target, state)
+                return True
+            except Exception as e:  # noqa: BLE001 - fetched again
+                LOG.warning('Linked template %(target)s is unreadable and '
+                            'volume %(vol)s could not be reconnected '
+                            '(%(err)s): fetching the image again', {
+                                'target': target, 'vol': state['volume_id'],
+                                'err': e})
+            self._release(target, state)
+        else:
+            LOG.warning('Template %s is unreadable and not recorded as '
+                        'linked: fetching the image again', target)
             fileutils.delete_if_exists(target)
-            os.symlink(device, target)
-            state['device_path'] = device
-            self._record(target, state)
-            LOG.info('Template %s linked again to volume %s at %s', target,
-                     state['volume_id'], device)
+        return False
+
+    def _release(self, target: str, state: dict[str, Any]) -> None:
+        """Remove the link, then the connection and the attachment, then
+        the record (kept while something is left to release)."""
+        fileutils.delete_if_exists(target)
+        info = state['connection_info']
+        try:
+            self._connector(info).disconnect_volume(
+                info['data'], {'path': state['device_path']})
+        except Exception as e:  # noqa: BLE001 - the device may be gone
+            LOG.warning('Could not disconnect volume %(vol)s of template '
+                        '%(target)s: %(err)s', {'vol': state['volume_id'],
+                                                'target': target, 'err': e})
+        self.volume_api.attachment_delete(
+            nova_context.get_admin_context(), state['attachment_id'])
+        fileutils.delete_if_exists(self._state_path(target))
 
     def fetch_image(self, context: Any, image_id: str, target: str,
                     disk_format: str | None = None,
                     trusted_certs: Any = None) -> None:
         @base.template_lock(target)
         def link() -> bool:
-            if os.path.lexists(target):
-                return True
+            if os.path.lexists(target) or self.linked(target):
+                if _readable(target) or self._repair(target):
+                    return True
             meta = IMAGE_API.get(context, image_id, include_locations=True)
             volume_id = cinder_volume_id(meta)
             if volume_id is None:
@@ -206,26 +267,10 @@ class VolumeLinkingTemplateImageHandler(base.BaseTemplateImageHandler):
     @staticmethod
     def _check(meta: dict[str, Any], image_id: str, device: str,
                disk_format: str | None) -> None:
-        """The device holds the image as it is: inspect it as a download
-        would be, and refuse what would need a conversion."""
-        inspected = None
-        if not CONF.workarounds.disable_deep_image_inspection:
-            inspected = images.do_image_deep_inspection(meta, image_id,
-                                                        device)
-        data = images.qemu_img_info(device)
-        fmt = data.file_format
-        if inspected is not None and fmt != inspected:
-            raise exception.ImageUnacceptable(
-                image_id=image_id,
-                reason=_('Image content does not match disk_format'))
-        if data.backing_file is not None:
-            raise exception.ImageUnacceptable(
-                image_id=image_id, reason=_('backed by another image'))
-        if disk_format is not None and fmt != disk_format:
-            raise exception.ImageUnacceptable(
-                image_id=image_id,
-                reason=_('content is %(fmt)s, expected %(exp)s') % {
-                    'fmt': fmt, 'exp': disk_format})
+        """The device holds the image as it is: inspected as a download is
+        (:func:`.inspection.inspect`), and refused when it would need a
+        conversion."""
+        fmt = inspection.inspect(meta, image_id, device, disk_format)
         if disk_format is None and fmt != 'raw' and CONF.force_raw_images:
             raise exception.ImageUnacceptable(
                 image_id=image_id,
@@ -236,13 +281,7 @@ class VolumeLinkingTemplateImageHandler(base.BaseTemplateImageHandler):
         if state is None:
             self.fallback.remove_image(path)
             return
-        info = state['connection_info']
-        self._connector(info).disconnect_volume(
-            info['data'], {'path': state['device_path']})
-        self.volume_api.attachment_delete(
-            nova_context.get_admin_context(), state['attachment_id'])
-        fileutils.delete_if_exists(path)
-        fileutils.delete_if_exists(self._state_path(path))
+        self._release(path, state)
         LOG.info('Template %s unlinked from volume %s', path,
                  state['volume_id'])
 

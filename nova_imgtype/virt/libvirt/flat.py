@@ -1,0 +1,54 @@
+"""``flat`` (and ``raw``): stock's Flat backend, safe with linked templates.
+
+Stock :class:`nova.virt.libvirt.imagebackend.Flat` copies the template into
+the instance directory with ``cp -r``, which copies a symbolic link as a
+link. A template linked to a volume (``volume-based-linking``) would so
+become every instance's disk: one tenant reading what another wrote, and a
+resize growing the image volume itself. This subclass copies the data of a
+linked template (``qemu-img convert``, sparse, in the template's own format)
+into the instance's own file; every other template goes stock's way, which
+then finds the disk made and goes on (``verify_base_size``,
+``correct_format``; ``Image.cache`` resizes it).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from nova.virt import images
+from nova.virt.libvirt import imagebackend
+from oslo_log import log as logging
+from oslo_utils import fileutils
+
+LOG = logging.getLogger(__name__)
+
+
+class Flat(imagebackend.Flat):
+    """A raw (or as-is) copy of the template in the instance directory."""
+
+    #: Formats used without conversion when this backend is mapped.
+    native_disk_formats = ('raw',)
+    #: A linked template is copied as data, never as a link.
+    accepts_linked_templates = True
+
+    def create_image(self, prepare_template: Any, base: str, size: Any,
+                     *args: Any, **kwargs: Any) -> None:
+        if 'image_id' in kwargs and not os.path.exists(self.path):
+            if not os.path.exists(base):
+                # As stock (which then finds it there): the fetch function
+                # passed by Image.cache() takes the template's lock.
+                prepare_template(*args, target=base, **_fetch_kwargs(kwargs))
+            if os.path.islink(base):
+                fmt = images.qemu_img_info(base).file_format
+                LOG.debug('Copying the data of linked template %s into %s',
+                          base, self.path)
+                with fileutils.remove_path_on_error(self.path):
+                    images.convert_image(base, self.path, fmt, fmt)
+        super().create_image(prepare_template, base, size, *args, **kwargs)
+
+
+def _fetch_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The keyword arguments stock passes on to the fetch function
+    (``create_image``'s own ``safe`` is not one of them)."""
+    return {k: v for k, v in kwargs.items() if k != 'safe'}
