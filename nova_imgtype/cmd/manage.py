@@ -16,17 +16,13 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-import nova.conf
-from nova.virt import driver as virt_driver
 from oslo_config import cfg
 
-import nova_imgtype.conf
-from nova_imgtype import exception
-from nova_imgtype.virt.libvirt import mapping as mapping_mod
-from nova_imgtype.virt.libvirt import resolver as resolver_mod
+from nova_imgtype import cmd
 
-CONF: cfg.ConfigOpts = nova_imgtype.conf.CONF
-assert CONF is nova.conf.CONF
+# Nova's CONF: check() imports Nova, which registers Nova's options (and
+# ours) on it; not before main() knows the command (see the demo there).
+CONF: cfg.ConfigOpts = cfg.CONF
 
 
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
@@ -45,6 +41,11 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
 
 def resolution_rows(conf: cfg.ConfigOpts) -> list[dict[str, Any]]:
     """One row per Glance disk_format: what a new instance gets."""
+    from nova.virt import driver as virt_driver
+
+    from nova_imgtype.virt.libvirt import mapping as mapping_mod
+    from nova_imgtype.virt.libvirt import resolver as resolver_mod
+
     resolver = resolver_mod.BackendResolver(conf)
     supported = resolver.supported_formats()
     excluded = set(conf.compute.image_type_exclude_list)
@@ -68,6 +69,10 @@ def resolution_rows(conf: cfg.ConfigOpts) -> list[dict[str, Any]]:
 
 def check(conf: cfg.ConfigOpts, out_format: str) -> int:
     """Validate and print; 0 when valid, 2 with the error otherwise."""
+    import nova_imgtype.conf  # noqa: F401  (Nova's options and ours)
+    from nova_imgtype import exception
+    from nova_imgtype.virt.libvirt import resolver as resolver_mod
+
     try:
         resolver = resolver_mod.BackendResolver(conf)
         mapping = resolver.mapping
@@ -130,8 +135,10 @@ def hoist_global_opts(argv: Sequence[str]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     CONF.register_cli_opt(command_opt)
     try:
-        CONF(hoist_global_opts(sys.argv[1:] if argv is None else argv),
-             project='nova', prog='nova-imgtype', default_config_files=[])
+        with cmd.config_file_errors():
+            CONF(hoist_global_opts(sys.argv[1:] if argv is None else argv),
+                 project='nova', prog='nova-imgtype',
+                 default_config_files=[])
         command = CONF.command.name
         if command == 'check':
             return check(CONF, CONF.command.out_format)
@@ -141,7 +148,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         CONF.reset()
         CONF.unregister_opt(command_opt)
-    # The demo runs Nova's own harness, which sets up the config itself.
+    # The demo runs Nova's services (and own harness, which sets up the
+    # config itself) in this process: eventlet patched before any of Nova
+    # is imported, as Nova's services and test packages do.
+    from nova import monkey_patch
+    monkey_patch.patch()
     from nova_imgtype import demo
     return demo.run()
 

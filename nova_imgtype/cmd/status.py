@@ -19,6 +19,7 @@ from oslo_config import cfg
 from oslo_upgradecheck import upgradecheck
 
 import nova_imgtype.conf
+from nova_imgtype import cmd
 from nova_imgtype.virt.libvirt import mapping as mapping_mod
 
 CONF: cfg.ConfigOpts = nova_imgtype.conf.CONF
@@ -106,9 +107,14 @@ class Checks(upgradecheck.UpgradeCommands):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    result: int = upgradecheck.main(
-        CONF, project='nova', upgrade_command=Checks(),
-        argv=list(sys.argv[1:] if argv is None else argv))
+    try:
+        with cmd.config_file_errors():   # upgradecheck.main parses them
+            result: int = upgradecheck.main(
+                CONF, project='nova', upgrade_command=Checks(),
+                argv=list(sys.argv[1:] if argv is None else argv))
+    except cmd.ConfigFileError as e:
+        print('ERROR: %s' % e, file=sys.stderr)
+        return 2
     return result
 
 
