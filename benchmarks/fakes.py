@@ -53,6 +53,12 @@ class Cinder:
             'driver_volume_type': 'local',
             'data': {'device_path': self.device}}}
 
+    def attachment_create_read_only(self, context: Any, volume_id: str,
+                                    instance_id: str,
+                                    connector: Any) -> dict[str, Any]:
+        return self.attachment_create(context, volume_id, instance_id,
+                                      connector=connector)
+
     def attachment_complete(self, context: Any, attachment_id: str) -> None:
         assert attachment_id in self.attachments
 

@@ -69,6 +69,20 @@ class TemplateHandlersTest(base.ImgtypeServersTestBase):
         # harness forbids; put back at cleanup.
         self.useFixture(fixtures.MockPatchObject(
             brick_privileged.default, 'client_mode', False))
+        # Read-only attachments go through cinderclient at 3.54, which the
+        # CinderFixture does not fake: recorded here, made by the fixture.
+        self.read_only: list[str] = []
+
+        def attach_read_only(api: Any, context: Any, volume_id: str,
+                             instance_id: str, connector: Any) -> Any:
+            attachment = api.attachment_create(
+                context, volume_id, instance_id, connector=connector)
+            self.read_only.append(attachment['id'])
+            return attachment
+
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova_imgtype.virt.libvirt.template_handlers.volume_linking.'
+            'ImageVolumeAPI.attachment_create_read_only', attach_read_only))
         self._volume_dir = self.useFixture(fixtures.TempDir()).path
         self.ctxt = nova_context.get_admin_context()
 
@@ -223,6 +237,7 @@ class TemplateHandlersTest(base.ImgtypeServersTestBase):
         self.assertEqual(volume_linking.owner_uuid('compute1'),
                          attachments[0]['instance_uuid'])
         self.assertEqual('compute1', attachments[0]['connector']['host'])
+        self.assertEqual([attachments[0]['id']], self.read_only)
         state = driver._template_handler.linked(template)
         self.assertIsNotNone(state)
         self.assertEqual({'image_id': linked_image['id'],

@@ -82,8 +82,8 @@ def build_root_disk(drv, inst, image_id, size=ROOT):
     return disk
 
 
-def cache_entries(conf):
-    base = os.path.join(conf.conf.instances_path, '_base')
+def cache_entries(config):
+    base = os.path.join(config.conf.instances_path, "_base")
     if not os.path.isdir(base):
         return []
     return sorted(os.path.join(base, e) for e in os.listdir(base)

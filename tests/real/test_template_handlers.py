@@ -64,6 +64,7 @@ class ImageService:
 class Cinder:
     def __init__(self, device):
         self.device, self.attachments = device, {}
+        self.read_only = set()
 
     def attachment_create(self, context, volume_id, instance_id,
                           connector=None, mountpoint=None):
@@ -72,6 +73,13 @@ class Cinder:
         return {'id': aid, 'connection_info': {
             'driver_volume_type': 'local',
             'data': {'device_path': self.device}}}
+
+    def attachment_create_read_only(self, context, volume_id, instance_id,
+                                    connector):
+        attachment = self.attachment_create(context, volume_id, instance_id,
+                                            connector=connector)
+        self.read_only.add(attachment['id'])
+        return attachment
 
     def attachment_complete(self, context, attachment_id):
         assert attachment_id in self.attachments
@@ -211,6 +219,7 @@ def test_linked_template_backs_the_disk_without_a_copy(
 
     # Unused: remove_image() disconnects and deletes the attachment.
     assert len(cinder.attachments) == 1
+    assert set(cinder.attachments) == cinder.read_only
     restarted._template_handler.remove_image(template)
     assert cinder.attachments == {}
     assert not os.path.lexists(template)

@@ -215,6 +215,7 @@ class FakeCinder:
     def __init__(self, device):
         self.device = device
         self.attachments = {}
+        self.read_only = set()
         self.fail = False
 
     def attachment_create(self, context, volume_id, instance_id,
@@ -228,6 +229,13 @@ class FakeCinder:
         return {'id': aid, 'connection_info': {
             'driver_volume_type': 'local',
             'data': {'device_path': self.device}}}
+
+    def attachment_create_read_only(self, context, volume_id, instance_id,
+                                    connector):
+        attachment = self.attachment_create(context, volume_id, instance_id,
+                                            connector=connector)
+        self.read_only.add(attachment['id'])
+        return attachment
 
     def attachment_complete(self, context, attachment_id):
         self.attachments[attachment_id]['completed'] = True
@@ -303,3 +311,42 @@ def test_linking_falls_back_to_downloading(conf, linking, glance, cache,
     assert glance.downloads == 1
     # Nothing left attached.
     assert linking.volume_api.attachments == {}
+
+
+# -- read-only attachments (Cinder's API mocked: no Cinder runs here) ---------
+
+def test_image_volumes_are_attached_read_only_where_cinder_can(monkeypatch):
+    client = mock.Mock()
+    client.attachments.create.return_value = {
+        'id': 'att-1', 'connection_info': {'driver_volume_type': 'local',
+                                           'data': {}}}
+    asked = []
+
+    def cinderclient(context, microversion=None, **kwargs):
+        asked.append(microversion)
+        return client
+
+    monkeypatch.setattr(volume_linking.cinder, 'cinderclient', cinderclient)
+    api = volume_linking.ImageVolumeAPI()
+    attachment = api.attachment_create_read_only(
+        None, 'vol-1', 'owner', {'host': 'h'})
+    assert asked == ['3.54']
+    client.attachments.create.assert_called_once_with(
+        'vol-1', {'host': 'h'}, 'owner', mode='ro')
+    assert attachment['id'] == 'att-1'
+    assert attachment['connection_info']['driver_volume_type'] == 'local'
+
+
+def test_older_cinder_gets_stocks_read_write_attachment(monkeypatch):
+    def cinderclient(context, microversion=None, **kwargs):
+        raise exception.CinderAPIVersionNotAvailable(version=microversion)
+
+    monkeypatch.setattr(volume_linking.cinder, 'cinderclient', cinderclient)
+    api = volume_linking.ImageVolumeAPI()
+    with mock.patch.object(api, 'attachment_create',
+                           return_value={'id': 'att-rw'}) as create:
+        attachment = api.attachment_create_read_only(
+            None, 'vol-1', 'owner', {'host': 'h'})
+    create.assert_called_once_with(None, 'vol-1', 'owner',
+                                   connector={'host': 'h'})
+    assert attachment == {'id': 'att-rw'}

@@ -47,6 +47,40 @@ STATE_DIR = '.linked'
 _OWNER_NS = uuid.UUID('8f7c0b1e-2c4a-4d7e-9a51-6b0f3c9e2d11')
 
 
+#: Cinder's first microversion with attachment modes (``mode='ro'``).
+READ_ONLY_MICROVERSION = '3.54'
+
+
+class ImageVolumeAPI(cinder.API):
+    """Stock's Cinder API, with read-only attachments for image volumes."""
+
+    @cinder.translate_volume_exception
+    def attachment_create_read_only(self, context: Any, volume_id: str,
+                                    instance_id: str,
+                                    connector: dict[str, Any]
+                                    ) -> dict[str, Any]:
+        """A read-only attachment where Cinder has attachment modes.
+
+        Older Cinder (before 3.54) has none: stock's attachment, which is
+        read-write, is made instead and that is logged. Nothing here writes
+        to a linked template either way: instance disks are overlays on it
+        (opened read-only by QEMU) or copies of its data.
+        """
+        try:
+            client = cinder.cinderclient(context, READ_ONLY_MICROVERSION)
+        except exception.CinderAPIVersionNotAvailable:
+            LOG.info('Cinder has no read-only attachments (microversion '
+                     '%(v)s): volume %(vol)s is attached read-write', {
+                         'v': READ_ONLY_MICROVERSION, 'vol': volume_id})
+            result: dict[str, Any] = self.attachment_create(
+                context, volume_id, instance_id, connector=connector)
+            return result
+        ref = client.attachments.create(volume_id, connector, instance_id,
+                                        mode='ro')
+        translated: dict[str, Any] = cinder._translate_attachment_ref(ref)
+        return translated
+
+
 def owner_uuid(host: str) -> str:
     """The "instance" this host's template attachments belong to."""
     return str(uuid.uuid5(_OWNER_NS, host))
@@ -80,7 +114,7 @@ class VolumeLinkingTemplateImageHandler(base.BaseTemplateImageHandler):
 
     def __init__(self) -> None:
         self.fallback = downloading.DownloadingTemplateImageHandler()
-        self.volume_api = cinder.API()
+        self.volume_api = ImageVolumeAPI()
 
     # -- state --------------------------------------------------------------
 
@@ -234,8 +268,8 @@ class VolumeLinkingTemplateImageHandler(base.BaseTemplateImageHandler):
         props = brick_connector.get_connector_properties(
             utils.get_root_helper(), CONF.my_block_storage_ip, False, False,
             host=CONF.host)
-        attachment = self.volume_api.attachment_create(
-            context, volume_id, owner_uuid(CONF.host), connector=props)
+        attachment = self.volume_api.attachment_create_read_only(
+            context, volume_id, owner_uuid(CONF.host), props)
         try:
             info = attachment['connection_info']
             if not info:
