@@ -38,8 +38,9 @@ STOCK_PRIVATE = {
     'nova.virt.libvirt.driver:LibvirtDriver._resume_guest_after_snapshot',
     'nova.virt.libvirt.driver:LibvirtDriver._suspend_guest_for_snapshot',
     'nova.virt.libvirt.driver:LibvirtDriver._try_fetch_image_cache',
-    # LibvirtStorage's volume format.
+    # LibvirtStorage's volume format; Flat's lock around a template copy.
     'nova.virt.libvirt.imagebackend:Image._get_driver_format',
+    'nova.virt.libvirt.imagebackend:Image._get_lock_name',
     # The image cache manager.
     'nova.virt.libvirt.imagecache:ImageCacheManager._get_age_of_file',
     'nova.virt.libvirt.imagecache:ImageCacheManager._list_backing_images',

@@ -76,6 +76,8 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
         except exception.UnknownTemplateImageHandler as e:
             LOG.error('Refusing to start: %s', e)
             raise
+        # For backends that cannot take linked templates (_handler_for).
+        self._downloading_handler = template_handlers.load('downloading')
         self._pools = pools_mod.StoragePools(self._storage_connection)
         self.image_backend = imagebackend.Backend(
             CONF.use_cow_images, self._resolver, CONF, pools=self._pools)
@@ -303,7 +305,7 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
         LOG.info('Backend %(backend)s copies templates as files, a link as '
                  'a link: image %(image)s is downloaded, not linked',
                  {'backend': type(image).__name__, 'image': image_id})
-        return template_handlers.load('downloading')
+        return self._downloading_handler
 
     def _cleanup(self, context: Any, instance: objects.Instance,
                  network_info: Any, block_device_info: Any = None,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from nova import utils
 from nova.virt import images
 from nova.virt.libvirt import imagebackend
 from oslo_log import log as logging
@@ -40,12 +41,23 @@ class Flat(imagebackend.Flat):
                 # passed by Image.cache() takes the template's lock.
                 prepare_template(*args, target=base, **_fetch_kwargs(kwargs))
             if os.path.islink(base):
-                fmt = images.qemu_img_info(base).file_format
-                LOG.debug('Copying the data of linked template %s into %s',
-                          base, self.path)
-                with fileutils.remove_path_on_error(self.path):
-                    images.convert_image(base, self.path, fmt, fmt)
+                self._copy_linked_template(base)
         super().create_image(prepare_template, base, size, *args, **kwargs)
+
+    def _copy_linked_template(self, base: str) -> None:
+        """The data of ``base`` into the disk, under the template's lock
+        (the one stock's copy holds: the image cache manager removes no
+        template while it is held)."""
+        @utils.synchronized(self._get_lock_name(base), external=True,
+                            lock_path=self.lock_path)
+        def copy() -> None:
+            fmt = images.qemu_img_info(base).file_format
+            LOG.debug('Copying the data of linked template %s into %s',
+                      base, self.path)
+            with fileutils.remove_path_on_error(self.path):
+                images.convert_image(base, self.path, fmt, fmt)
+
+        copy()
 
 
 def _fetch_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
