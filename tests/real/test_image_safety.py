@@ -22,6 +22,7 @@ import pytest
 from nova import context as nova_context
 from nova import exception as nova_exception
 from nova import objects
+from nova.virt.libvirt import imagebackend as nova_imagebackend
 from nova.virt.libvirt import imagecache as nova_imagecache
 from nova.virt.libvirt import utils as libvirt_utils
 
@@ -212,19 +213,15 @@ def test_a_backend_copying_links_gets_downloaded_templates(
     real.make_image(volume, 'raw', 32 * MiB)
     drv, svc = on_path('linking', volume, 'raw')
     # Ploop (parallels only here) copies its template with cp -r too.
-    inst = _instance(drv, svc.image_id, 'raw')
-    disk = drv.image_backend.by_name(inst, 'disk')
-    handler = drv._handler_for(type('Ploopish', (type(disk).__bases__[0],),
-                                    {})(instance=inst, disk_name='disk'),
-                               'x', svc.image_id)
+    handler = drv._handler_for(nova_imagebackend.Ploop, 'x', svc.image_id)
     assert handler.name == 'downloading'
     assert 'copies templates as files' in caplog.text
     # Under a name already linked, it is refused rather than aliased.
     build_root_disk(drv, _instance(drv, svc.image_id, 'raw'), svc.image_id)
     name = os.path.basename(cache_entries(conf)[0])
+    assert os.path.islink(cache_entries(conf)[0])
     with pytest.raises(nova_exception.Invalid, match='linked to an image'):
-        drv._handler_for(type('Ploopish', (type(disk).__bases__[0],), {})(
-            instance=inst, disk_name='disk'), name, svc.image_id)
+        drv._handler_for(nova_imagebackend.Ploop, name, svc.image_id)
 
 
 @pytest.mark.parametrize('deep', [True, False], ids=['deep', 'no-deep'])

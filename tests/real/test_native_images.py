@@ -222,3 +222,34 @@ def test_unsafe_qcow2_rejected_and_cache_left_clean(driver, glance, tmp_path,
     assert _cache_files() == []
     assert not os.path.exists(os.path.join(CONF.instances_path, inst.uuid,
                                            'disk'))
+
+
+def test_precaching_keeps_what_a_boot_uses(driver, qcow2_image):
+    """Image pre-caching (aggregates API 2.81) caches the template a boot
+    on this host would use: the native file where the mapping keeps the
+    format, stock's converted raw file elsewhere."""
+    image_id, _path = qcow2_image
+    ctx = nova_context.get_admin_context()
+    native = imagecache.native_cache_fname(image_id, 'qcow2')
+
+    drv = driver(images_type='flat', images_type_mapping='qcow2:qcow2')
+    assert drv.cache_image(ctx, image_id) is True
+    assert _cache_files() == [native]
+    assert real.qemu_img_info(os.path.join(_base_dir(), native))[
+        'format'] == 'qcow2'
+    assert drv.cache_image(ctx, image_id) is False      # already there
+    # A boot uses the pre-cached template: an overlay on it, nothing new.
+    inst = _instance(drv._resolver.decide('qcow2'), image_id, 'qcow2')
+    disk = _make_root_disk(drv, inst, image_id)
+    assert real.qemu_img_info(disk.path)['full-backing-filename'] == (
+        os.path.join(_base_dir(), native))
+    assert _cache_files() == [native]
+
+    # A host converting qcow2 (no mapping, force_raw_images) caches raw.
+    shutil.rmtree(_base_dir())
+    drv = driver(images_type='flat', images_type_mapping='')
+    assert drv.cache_image(ctx, image_id) is True
+    stock_name = nova_imagecache.get_cache_fname(image_id)
+    assert _cache_files() == [stock_name]
+    assert real.qemu_img_info(os.path.join(_base_dir(), stock_name))[
+        'format'] == 'raw'

@@ -17,6 +17,7 @@ import os
 import re
 from typing import Any
 
+import nova.privsep.path
 from nova import context as nova_context
 from nova import exception as nova_exception
 from nova import objects
@@ -269,12 +270,10 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                     context, instance, image_id)
             else:
                 disk_format = None
-            # A raw image is the same bytes either way: keep stock's file.
-            if decision.is_native(disk_format) and disk_format != 'raw':
-                native = disk_format
-                filename = imagecache.native_cache_fname(image_id,
-                                                         str(disk_format))
-        handler = self._handler_for(image, filename, image_id)
+            if decision.is_native(disk_format):
+                filename, native = imagecache.template_name(
+                    decision.native_formats, image_id, disk_format)
+        handler = self._handler_for(type(image), filename, image_id)
 
         def fetch_template(context: Any, target: str, image_id: str,
                            trusted_certs: Any = None) -> None:
@@ -285,9 +284,50 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
             image, fetch_template, context, filename, image_id, instance,
             size, fallback_from_host=fallback_from_host)
 
-    def _handler_for(self, image: Any, filename: str,
+    def cache_image(self, context: Any, image_id: str) -> bool:
+        """Pre-cache the template a new instance of the image would use.
+
+        Stock caches the converted ``_base/<sha1>`` with ``fetch_to_raw``;
+        here the image is cached as this host's resolver decides for its
+        disk_format (in its own format where the mapping keeps it), through
+        the template handler, under the lock a build takes for it.
+
+        :returns: True when the template was fetched, False when it was
+            already cached (its timestamp updated, as stock does).
+        """
+        disk_format = images.IMAGE_API.get(context, image_id).get(
+            'disk_format')
+        decision = self._resolver.decide(disk_format)
+        filename, native = imagecache.template_name(
+            decision.native_formats, image_id, disk_format)
+        cache_dir = os.path.join(CONF.instances_path,
+                                 CONF.image_cache.subdirectory_name)
+        path = os.path.join(cache_dir, filename)
+        if os.path.exists(path):
+            LOG.info('Image %(image_id)s already cached as %(path)s; '
+                     'updating timestamp', {'image_id': image_id,
+                                            'path': path})
+            nova.privsep.path.utime(path)
+            return False
+        fileutils.ensure_tree(cache_dir)
+        handler = self._handler_for(
+            self.image_backend.class_for(decision), filename, image_id)
+        LOG.info('Caching image %(image_id)s by request as %(path)s',
+                 {'image_id': image_id, 'path': path})
+
+        @utils.synchronized(filename, external=True,
+                            lock_path=os.path.join(CONF.instances_path,
+                                                   'locks'))
+        def fetch() -> None:
+            if not os.path.exists(path):
+                handler.fetch_image(context, image_id, path, native)
+
+        fetch()
+        return True
+
+    def _handler_for(self, backend: type, filename: str,
                      image_id: str) -> handlers.BaseTemplateImageHandler:
-        """The template handler for a disk of the backend ``image``.
+        """The template handler for a disk of the backend class ``backend``.
 
         A backend that would copy a linked template as a link (making the
         image volume the instance's disk) gets downloaded templates; one
@@ -295,16 +335,16 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
         """
         handler = self._template_handler
         if not handler.links_templates or backends.accepts_linked_templates(
-                type(image)):
+                backend):
             return handler
         base = os.path.join(CONF.instances_path,
                             CONF.image_cache.subdirectory_name, filename)
         if os.path.islink(base):
             raise exception.LinkedTemplateUnsafe(
-                template=base, backend=type(image).__name__)
+                template=base, backend=backend.__name__)
         LOG.info('Backend %(backend)s copies templates as files, a link as '
                  'a link: image %(image)s is downloaded, not linked',
-                 {'backend': type(image).__name__, 'image': image_id})
+                 {'backend': backend.__name__, 'image': image_id})
         return self._downloading_handler
 
     def _cleanup(self, context: Any, instance: objects.Instance,

@@ -66,14 +66,17 @@ class Backend(imagebackend.Backend):
         if not image_type:
             scoped = _SCOPED_INSTANCE.get()
             if scoped is not None:
-                decision = self._resolver.decision_for(scoped)
-                if decision.storage == resolver_mod.POOLS:
-                    return storage.LibvirtStorage
-                image_type = decision.backend
-            else:
-                image_type = self._conf.libvirt.images_type
+                return self.class_for(self._resolver.decision_for(scoped))
+            image_type = self._conf.libvirt.images_type
         return backends.get_class(
             backends.resolve_name(image_type, self._conf.use_cow_images))
+
+    def class_for(self, decision: resolver_mod.BackendDecision) -> Any:
+        """The image backend class of an instance's root disk."""
+        if decision.storage == resolver_mod.POOLS:
+            return storage.LibvirtStorage
+        return backends.get_class(backends.resolve_name(
+            decision.backend, self._conf.use_cow_images))
 
     def _follows_instance(self, name: str, image_type: str | None) -> bool:
         """Whether stock means "the instance's backend" for this disk."""

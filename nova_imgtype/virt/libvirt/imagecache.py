@@ -36,6 +36,20 @@ def is_native_cache_fname(filename: str, image_id: str) -> bool:
     return filename.startswith(prefix) and not filename[len(prefix):].isdigit()
 
 
+def template_name(native_formats: tuple[str, ...], image_id: str,
+                  disk_format: str | None) -> tuple[str, str | None]:
+    """The cache file name of an image for a backend using
+    ``native_formats`` natively, and the format it is kept in (None:
+    converted as stock converts).
+
+    A raw image is the same bytes either way: it keeps stock's file.
+    """
+    if (disk_format is not None and disk_format != 'raw' and
+            disk_format in native_formats):
+        return native_cache_fname(image_id, disk_format), disk_format
+    return imagecache.get_cache_fname(image_id), None
+
+
 class ImageCacheManager(imagecache.ImageCacheManager):
     """Stock's image cache manager, aware of storage pool volumes and of
     the template image handler.
