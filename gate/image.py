@@ -1,0 +1,276 @@
+"""The gate's bootable test image, generated at run time (no download).
+
+A raw disk of :data:`IMAGE_SIZE` bytes whose first sector is an MBR with
+
+* boot code (16-bit real mode, hand-assembled: :data:`BOOT_SOURCE` is the
+  source, :data:`BOOT_CODE` its bytes) that writes :data:`CONSOLE_TEXT`,
+  several lines ending in ``login:``, to COM1 (port 0x3f8) and halts;
+* one valid partition entry (type 0x83, from LBA 2048 to the end of the
+  disk): Nova's format inspector refuses an MBR without one ("Safety checks
+  failed: mbr");
+* the 0x55AA signature.
+
+Tempest's console-output tests want more than 3 lines of console; a guest
+that ignores ACPI needs ``[DEFAULT]shutdown_timeout = 0`` on the computes.
+
+Gate checks write a marker into an instance disk before a move and read it
+back after it (:func:`write_marker`, :func:`read_marker`) at
+:data:`MARKER_OFFSET`, past the MBR and before the partition, through
+``qemu-io`` so that raw files and qcow2 overlays (whose backing file path
+may only resolve inside a compute's mount namespace: ``argv_prefix``) are
+handled alike. Write only while no QEMU holds the disk (server SHUTOFF).
+
+CLI::
+
+    python -m gate.image make OUT [--format raw|qcow2|vhdx]
+    python -m gate.image write-marker DISK TEXT [--nsenter 'argv...']
+    python -m gate.image read-marker DISK LENGTH [--nsenter 'argv...']
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import struct
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+
+StrPath = str | os.PathLike[str]
+
+MiB = 1024 * 1024
+SECTOR = 512
+#: Size of the raw image: 1 MiB before the partition, 1 MiB of partition.
+IMAGE_SIZE = 2 * MiB
+PARTITION_START_LBA = 2048
+#: Where markers go: past the MBR, in the gap before the partition.
+MARKER_OFFSET = 512 * 1024
+MARKER_MAX = 256
+
+#: The boot code's source (GNU as, ``.code16``), for the record:
+#: ``as --32 boot.S && ld -m elf_i386 -Ttext 0x7c00 --oformat binary``
+#: gives :data:`BOOT_CODE` followed by the text (checked by the tests when
+#: binutils is installed).
+BOOT_SOURCE = """\
+.code16
+.globl _start
+_start:
+    cli
+    xor %ax, %ax
+    mov %ax, %ds
+    mov %ax, %ss
+    mov $0x7c00, %sp
+    cld
+    mov $msg, %si        # msg = 0x7c1c, right after this code
+next:
+    lodsb
+    test %al, %al
+    jz done
+    mov $0x3f8, %dx      # COM1 data register
+    out %al, %dx
+    jmp next
+done:
+    hlt                  # interrupts off: stays here
+    jmp done
+msg:
+"""
+
+BOOT_CODE = bytes.fromhex(
+    'fa'          # cli
+    '31c0'        # xor ax, ax
+    '8ed8'        # mov ds, ax
+    '8ed0'        # mov ss, ax
+    'bc007c'      # mov sp, 0x7c00
+    'fc'          # cld
+    'be1c7c'      # mov si, 0x7c1c (the text)
+    'ac'          # next: lodsb
+    '84c0'        # test al, al
+    '7406'        # jz done
+    'baf803'      # mov dx, 0x3f8
+    'ee'          # out dx, al
+    'ebf5'        # jmp next
+    'f4'          # done: hlt
+    'ebfd'        # jmp done
+)
+assert len(BOOT_CODE) == 0x1c
+
+CONSOLE_TEXT = (
+    'nova-imgtype gate test image\r\n'
+    'Booted from the MBR by the BIOS: no kernel, no network.\r\n'
+    'This guest writes these lines to its serial console and halts.\r\n'
+    'Its disk carries the gate markers at offset 512 KiB.\r\n'
+    '\r\n'
+    'nova-imgtype-gate login: '
+)
+
+_PTE_OFFSET = 446
+_PTE_SPACE = _PTE_OFFSET - len(BOOT_CODE)
+
+
+def partition_entry(start_lba: int, sectors: int, bootable: bool = True,
+                    part_type: int = 0x83) -> bytes:
+    """A 16-byte MBR partition table entry (CHS fields 0xFE/0xFFFF/0xFF:
+    "use the LBA fields", as tools write them for large disks)."""
+    return struct.pack('<B3BB3BII', 0x80 if bootable else 0x00,
+                       0xFE, 0xFF, 0xFF, part_type, 0xFE, 0xFF, 0xFF,
+                       start_lba, sectors)
+
+
+def mbr(text: str = CONSOLE_TEXT, size: int = IMAGE_SIZE) -> bytes:
+    """The 512-byte boot sector of a disk of ``size`` bytes."""
+    msg = text.encode('ascii') + b'\0'
+    if len(msg) > _PTE_SPACE:
+        raise ValueError('console text too long: %d bytes, at most %d'
+                         % (len(msg) - 1, _PTE_SPACE - 1))
+    if size % SECTOR or size // SECTOR <= PARTITION_START_LBA:
+        raise ValueError('size must be a multiple of 512 past 1 MiB')
+    sector = bytearray(SECTOR)
+    code = BOOT_CODE + msg
+    sector[:len(code)] = code
+    sector[_PTE_OFFSET:_PTE_OFFSET + 16] = partition_entry(
+        PARTITION_START_LBA, size // SECTOR - PARTITION_START_LBA)
+    sector[510:512] = b'\x55\xaa'
+    return bytes(sector)
+
+
+def console_lines(text: str = CONSOLE_TEXT) -> list[str]:
+    """The lines the guest prints (what a serial log shows)."""
+    return text.replace('\r\n', '\n').split('\n')
+
+
+def make_raw(path: StrPath, size: int = IMAGE_SIZE,
+             text: str = CONSOLE_TEXT) -> str:
+    """Write the bootable raw image (sparse past the MBR) to ``path``."""
+    path = os.fspath(path)
+    with open(path, 'wb') as f:
+        f.write(mbr(text, size))
+        f.truncate(size)
+    return path
+
+
+def _run(argv: Sequence[str]) -> str:
+    proc = subprocess.run(list(argv), capture_output=True, text=True,
+                          env={**os.environ, 'LC_ALL': 'C'})
+    if proc.returncode:
+        raise RuntimeError('%s: exit %d: %s' % (
+            shlex.join(argv), proc.returncode,
+            (proc.stderr or proc.stdout).strip()))
+    return proc.stdout
+
+
+def convert(src: StrPath, dst: StrPath, fmt: str,
+            src_fmt: str = 'raw') -> str:
+    """``qemu-img convert`` ``src`` to ``dst`` in ``fmt`` (qcow2, vhdx,
+    vmdk, vdi, vpc, raw)."""
+    _run(['qemu-img', 'convert', '-f', src_fmt, '-O', fmt,
+          os.fspath(src), os.fspath(dst)])
+    return os.fspath(dst)
+
+
+def make_image(path: StrPath, fmt: str = 'raw',
+               size: int = IMAGE_SIZE) -> str:
+    """The bootable image at ``path`` in ``fmt`` (raw: written directly,
+    others converted from a temporary raw file)."""
+    if fmt == 'raw':
+        return make_raw(path, size)
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = make_raw(os.path.join(tmp, 'boot.raw'), size)
+        return convert(raw, path, fmt)
+
+
+def disk_format(path: StrPath, argv_prefix: Sequence[str] = ()) -> str:
+    """The format ``qemu-img info`` sees (shared lock: a running guest's
+    disk can be asked)."""
+    out = _run([*argv_prefix, 'qemu-img', 'info', '-U', '--output=json',
+                os.fspath(path)])
+    return str(json.loads(out)['format'])
+
+
+def write_marker(path: StrPath, marker: bytes | str,
+                 fmt: str | None = None, argv_prefix: Sequence[str] = (),
+                 offset: int = MARKER_OFFSET) -> None:
+    """Write ``marker`` into the guest data of the disk at ``path``.
+
+    Through ``qemu-io`` (one ``write -P`` per byte: no file to share with
+    the namespace ``argv_prefix`` enters), so a qcow2 overlay gets the
+    bytes in its own clusters and its backing file is untouched. The disk
+    must not be in use by a running QEMU.
+    """
+    data = marker.encode() if isinstance(marker, str) else bytes(marker)
+    if not 0 < len(data) <= MARKER_MAX:
+        raise ValueError('marker of 1 to %d bytes' % MARKER_MAX)
+    fmt = fmt or disk_format(path, argv_prefix)
+    cmds: list[str] = []
+    for i, byte in enumerate(data):
+        cmds += ['-c', 'write -q -P 0x%02x %d 1' % (byte, offset + i)]
+    _run([*argv_prefix, 'qemu-io', '-f', fmt, *cmds, os.fspath(path)])
+
+
+_DUMP_LINE = re.compile(
+    r'^[0-9a-f]{8}:  ((?:[0-9a-f]{2} ){0,15}[0-9a-f]{2})(?:  |$)', re.I)
+
+
+def parse_qemu_io_dump(out: str) -> bytes:
+    """The bytes of ``qemu-io -c 'read -v ...'`` output: hex dump lines
+    ``00080000:  6e 6f 76 61  nova`` (16 bytes at most, two spaces before
+    the ASCII column)."""
+    data = bytearray()
+    for line in out.splitlines():
+        found = _DUMP_LINE.match(line)
+        if found:
+            data += bytes.fromhex(found.group(1))
+    return bytes(data)
+
+
+def read_marker(path: StrPath, length: int, fmt: str | None = None,
+                argv_prefix: Sequence[str] = (),
+                offset: int = MARKER_OFFSET) -> bytes:
+    """``length`` bytes of the guest data at ``offset`` (through the whole
+    backing chain; shared lock, so a running guest's disk can be read)."""
+    if not 0 < length <= MARKER_MAX:
+        raise ValueError('length of 1 to %d bytes' % MARKER_MAX)
+    fmt = fmt or disk_format(path, argv_prefix)
+    out = _run([*argv_prefix, 'qemu-io', '-r', '-U', '-f', fmt, '-c',
+                'read -v %d %d' % (offset, length), os.fspath(path)])
+    data = parse_qemu_io_dump(out)
+    if len(data) != length:
+        raise RuntimeError('qemu-io read %d bytes, wanted %d: %s'
+                           % (len(data), length, out))
+    return data
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog='python -m gate.image')
+    sub = parser.add_subparsers(dest='cmd', required=True)
+    make = sub.add_parser('make', help='write the bootable image')
+    make.add_argument('out')
+    make.add_argument('--format', default='raw')
+    make.add_argument('--size', type=int, default=IMAGE_SIZE)
+    for name in ('write-marker', 'read-marker'):
+        p = sub.add_parser(name)
+        p.add_argument('disk')
+        p.add_argument('marker' if name == 'write-marker' else 'length')
+        p.add_argument('--nsenter', default='',
+                       help='argv prefix entering a namespace (one string)')
+        p.add_argument('--offset', type=int, default=MARKER_OFFSET)
+    args = parser.parse_args(argv)
+    if args.cmd == 'make':
+        print(make_image(args.out, args.format, args.size))
+    elif args.cmd == 'write-marker':
+        write_marker(args.disk, args.marker,
+                     argv_prefix=shlex.split(args.nsenter),
+                     offset=args.offset)
+    else:
+        data = read_marker(args.disk, int(args.length),
+                           argv_prefix=shlex.split(args.nsenter),
+                           offset=args.offset)
+        sys.stdout.write(data.decode('latin-1') + '\n')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
