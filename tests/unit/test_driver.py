@@ -233,6 +233,25 @@ def test_provider_tree_gets_backend_traits_and_loses_stale_ones(
     assert 'CUSTOM_OTHER' in traits       # not ours: kept
 
 
+def test_rbd_is_served_only_where_a_ceph_conf_names_monitors(
+        make_driver, tmp_path):
+    # images_rbd_pool defaults to 'rbd' everywhere: that alone is no Ceph.
+    missing = str(tmp_path / 'ceph.conf')
+    drv = make_driver(images_type='qcow2', images_rbd_ceph_conf=missing)
+    assert 'rbd' not in drv.served_backends()
+    assert 'CUSTOM_IMGTYPE_BACKEND_RBD' not in drv._custom_traits
+    with pytest.raises(exception.InvalidImagesTypeMapping,
+                       match='no Ceph monitor in %s' % missing):
+        make_driver(images_type='qcow2', images_rbd_ceph_conf=missing,
+                    images_type_mapping='raw:rbd')._resolver.check_host()
+
+    with open(missing, 'w') as f:
+        f.write('[global]\nmon_host = [v2:10.0.0.1:3300,v1:10.0.0.1:6789]\n')
+    drv = make_driver(images_type='qcow2', images_rbd_ceph_conf=missing)
+    assert 'rbd' in drv.served_backends()
+    assert 'CUSTOM_IMGTYPE_BACKEND_RBD' in drv._custom_traits
+
+
 def _placement_traits(*traits):
     client = mock.Mock()
     client.get_provider_traits.return_value = mock.Mock(traits=set(traits))

@@ -35,6 +35,7 @@ from oslo_config import cfg
 from stevedore import extension
 
 from nova_imgtype import exception
+from nova_imgtype.virt.libvirt import pools
 
 NAMESPACE = 'nova_imgtype.image_backends'
 
@@ -61,9 +62,19 @@ def _lvm_error(conf: cfg.ConfigOpts) -> str | None:
     return None
 
 
+#: Where librados looks when ``[libvirt]images_rbd_ceph_conf`` is empty.
+DEFAULT_CEPH_CONF = '/etc/ceph/ceph.conf'
+
+
 def _rbd_error(conf: cfg.ConfigOpts) -> str | None:
+    # images_rbd_pool defaults to 'rbd' on every host: a Ceph cluster is
+    # configured only where a ceph.conf names its monitors.
     if not conf.libvirt.images_rbd_pool:
         return '[libvirt]images_rbd_pool is not set'
+    ceph_conf = conf.libvirt.images_rbd_ceph_conf or DEFAULT_CEPH_CONF
+    if not pools.ceph_monitors(ceph_conf):
+        return ('no Ceph monitor in %s ([libvirt]images_rbd_ceph_conf)'
+                % ceph_conf)
     return None
 
 
