@@ -78,6 +78,12 @@ def image_type_support(ctxt: Any, request_spec: Any) -> bool:
     if not wanted:
         return False
     request_spec.root_required.update(wanted)
-    LOG.debug('image_type_support request filter added required traits %s',
-              ', '.join(sorted(wanted)))
+    # Said at INFO: when no host has them, this line is what names the
+    # image format behind stock's bare "No valid host was found".
+    LOG.info('Image %(image)s is %(fmt)s: only hosts with %(traits)s '
+             '(image_type_support request filter)', {
+                 'image': request_spec.image.id
+                 if request_spec.image.obj_attr_is_set('id') else '-',
+                 'fmt': image_disk_format(request_spec),
+                 'traits': ', '.join(sorted(wanted))})
     return True

@@ -8,6 +8,7 @@ Stock Nova's own code is used as the scheduler uses it:
 ``validators`` (loaded through the installed entry points).
 """
 
+import logging
 from unittest import mock
 
 import os_traits
@@ -62,6 +63,15 @@ def test_requires_the_image_type(toggle, fmt, trait):
     spec = _spec(fmt)
     assert request_filters.image_type_support(None, spec) is True
     assert spec.root_required == {trait}
+
+
+def test_the_scheduler_log_names_the_image_and_its_format(toggle, caplog):
+    caplog.set_level(logging.INFO)
+    spec = _spec('vhdx')
+    spec.image.id = 'c2a1e0f4-0000-4000-8000-000000000001'
+    request_filters.image_type_support(None, spec)
+    assert ('Image c2a1e0f4-0000-4000-8000-000000000001 is vhdx: only hosts '
+            'with COMPUTE_IMAGE_TYPE_VHDX') in caplog.text
 
 
 def test_native_extra_spec_requires_native_use_too(toggle):
