@@ -27,6 +27,8 @@ from typing import Any
 
 import fixtures
 import os_traits
+from nova import context as nova_context
+from nova import objects
 from nova.scheduler import request_filter
 from nova.tests.functional.api import client as api_client
 
@@ -404,6 +406,15 @@ class ImageTypeSchedulingTest(base.ImgtypeServersTestBase):
         self.assertEqual(before, base.qemu_img_info(disk))
         with open(disk, 'rb') as f:
             self.assertEqual(head, f.read(4096))
+        # And the instance still names the image it runs (the API saved the
+        # refused one): later moves are scheduled for raw, not qcow2.
+        self.assertEqual(raw['id'], server['image']['id'])
+        inst = objects.Instance.get_by_uuid(
+            nova_context.get_admin_context(), server['id'])
+        self.assertEqual(raw['id'], inst.image_ref)
+        self.assertEqual('raw', inst.system_metadata['image_disk_format'])
+        self.assertEqual(raw['id'],
+                         inst.system_metadata['image_base_image_ref'])
         # A rebuild to a format it can use goes ahead.
         raw2 = self.create_image('raw')
         with self.on_compute('narrow'):

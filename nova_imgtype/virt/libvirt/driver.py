@@ -53,6 +53,10 @@ from nova_imgtype.virt.libvirt import template_handlers
 from nova_imgtype.virt.libvirt.template_handlers import base as handlers
 
 LOG = logging.getLogger(__name__)
+
+#: The image the instance's disks were last made from: what a refused
+#: rebuild puts back (the API has already replaced ``image_ref``).
+SYSMETA_IMAGE = 'imgtype_image_ref'
 CONF: cfg.ConfigOpts = nova_imgtype.conf.CONF
 
 
@@ -174,6 +178,7 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                            image_meta.disk_format or None)
             decision = self._resolver.decide(disk_format)
             self._resolver.record(instance, decision)
+            instance.system_metadata[SYSMETA_IMAGE] = instance.image_ref
             instance.save()
             LOG.info('Image backend %(backend)s chosen for disk_format '
                      '%(fmt)s (native formats: %(native)s)',
@@ -185,6 +190,8 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
             if instance.vm_state == vm_states.SHELVED_OFFLOADED:
                 self._restore_storage_on_unshelve(instance)
             self._resolver.ensure_served(instance, CONF.host)
+            # Saved by the compute manager once the disks are made.
+            instance.system_metadata[SYSMETA_IMAGE] = instance.image_ref
         super().spawn(context, instance, image_meta, injected_files,
                       admin_password, allocations, network_info=network_info,
                       block_device_info=block_device_info, power_on=power_on,
@@ -214,6 +221,7 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
             supported = self._resolver.supported_formats() - set(
                 CONF.compute.image_type_exclude_list)
             if disk_format not in supported:
+                self._put_back_image(context, instance)
                 raise nova_exception.InstanceFaultRollback(
                     nova_exception.ImageUnacceptable(
                         image_id=image_meta.id if image_meta.obj_attr_is_set(
@@ -223,6 +231,33 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                             'host': CONF.host, 'fmt': disk_format,
                             'ok': ', '.join(sorted(supported))}))
         raise NotImplementedError()
+
+    def _put_back_image(self, context: Any,
+                        instance: objects.Instance) -> None:
+        """Give a refused rebuild its image back.
+
+        The API saved the new image (``image_ref``, the ``image_*`` system
+        metadata) before the rebuild reached this host; stock's conductor
+        puts them back only on its own NoValidHost. Left so, every later
+        move would be scheduled for the refused image's format.
+        """
+        orig = instance.system_metadata.get(SYSMETA_IMAGE)
+        if not orig or orig == instance.image_ref:
+            return
+        try:
+            image = self._image_api.get(context, orig)
+        except nova_exception.ImageNotFound:
+            LOG.warning('Image %s of the refused rebuild is gone: only the '
+                        'image_ref is put back', orig, instance=instance)
+        else:
+            for key in [k for k in instance.system_metadata
+                        if k.startswith(utils.SM_IMAGE_PROP_PREFIX)]:
+                del instance.system_metadata[key]
+            instance.system_metadata.update(
+                utils.get_system_metadata_from_image(image, instance.flavor))
+            instance.system_metadata['image_base_image_ref'] = orig
+        instance.image_ref = orig
+        instance.save()
 
     def _restore_storage_on_unshelve(self,
                                      instance: objects.Instance) -> None:
