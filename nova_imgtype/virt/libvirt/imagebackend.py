@@ -9,7 +9,8 @@ Stock driver code sometimes asks ``backend()`` with no instance at hand (for
 example ``SUPPORTS_CLONE`` before removing a resize snapshot, or
 ``is_shared_block_storage()`` in live-migration checks). The driver wraps
 such calls in :meth:`Backend.scope`, which names the instance for the current
-greenthread only (a ContextVar: eventlet gives each greenthread its own).
+thread only (a ContextVar: every native thread, as Nova 34's services run,
+and every eventlet greenthread has its own context).
 """
 
 from __future__ import annotations
