@@ -8,6 +8,8 @@ import os
 import uuid
 from typing import Any
 
+from nova_imgtype.testing import cinder
+
 MiB = 1024 * 1024
 #: The volume behind an image in Glance's cinder store.
 VOLUME_ID = '4b7f0a52-9c3e-4f0d-8a61-2e5d7c9b1f30'
@@ -36,31 +38,5 @@ def image_meta(path: str, disk_format: str, sha512: str | None = None,
     return meta
 
 
-class Cinder:
-    """Cinder's attachment API: the volume is the file ``device``,
-    connected by os-brick's local connector."""
-
-    def __init__(self, device: str = '') -> None:
-        self.device = device
-        self.attachments: dict[str, str] = {}
-
-    def attachment_create(self, context: Any, volume_id: str,
-                          instance_id: str, connector: Any = None,
-                          mountpoint: Any = None) -> dict[str, Any]:
-        aid = str(uuid.uuid4())
-        self.attachments[aid] = volume_id
-        return {'id': aid, 'connection_info': {
-            'driver_volume_type': 'local',
-            'data': {'device_path': self.device}}}
-
-    def attachment_create_read_only(self, context: Any, volume_id: str,
-                                    instance_id: str,
-                                    connector: Any) -> dict[str, Any]:
-        return self.attachment_create(context, volume_id, instance_id,
-                                      connector=connector)
-
-    def attachment_complete(self, context: Any, attachment_id: str) -> None:
-        assert attachment_id in self.attachments
-
-    def attachment_delete(self, context: Any, attachment_id: str) -> None:
-        del self.attachments[attachment_id]
+#: Cinder's attachment API (shared with the tests).
+Cinder = cinder.Cinder

@@ -16,7 +16,6 @@ and that a refusal leaves nothing in ``_base`` and no disk.
 import hashlib
 import logging
 import os
-import uuid
 
 import pytest
 from nova import context as nova_context
@@ -28,14 +27,15 @@ from nova.virt.libvirt import utils as libvirt_utils
 
 from nova_imgtype.testing import crafted_images as crafted
 from nova_imgtype.testing import libvirtd as real
+from nova_imgtype.testing.cinder import Cinder
 from nova_imgtype.virt.libvirt import pools
 from nova_imgtype.virt.libvirt import storage
 from nova_imgtype.virt.libvirt.template_handlers import volume_linking
 from tests.real.test_native_images import MiB
 from tests.real.test_native_images import conf  # noqa: F401
 from tests.real.test_native_images import driver  # noqa: F401
-from tests.real.test_template_handlers import Cinder
 from tests.real.test_template_handlers import ImageService
+from tests.real.test_template_handlers import _instance
 from tests.real.test_template_handlers import brick_in_process  # noqa: F401
 from tests.real.test_template_handlers import serve  # noqa: F401
 
@@ -60,15 +60,6 @@ PATHS = {
 def _sha256(path):
     with open(path, 'rb') as f:
         return hashlib.sha256(f.read()).hexdigest()
-
-
-def _instance(drv, image_id, fmt):
-    inst = objects.Instance(
-        uuid=str(uuid.uuid4()), image_ref=image_id, task_state=None,
-        vm_state='building', trusted_certs=None, migration_context=None,
-        system_metadata={'image_disk_format': fmt})
-    drv._resolver.record(inst, drv._resolver.decide(fmt))
-    return inst
 
 
 def build_root_disk(drv, inst, image_id, size=ROOT):

@@ -22,6 +22,7 @@ from nova.virt.libvirt import imagecache as nova_imagecache
 from nova.virt.libvirt import utils as libvirt_utils
 
 from nova_imgtype.testing import libvirtd as real
+from nova_imgtype.testing.cinder import Cinder
 from nova_imgtype.virt.libvirt.template_handlers import downloading
 from nova_imgtype.virt.libvirt.template_handlers import volume_linking
 from tests.real.test_native_images import MiB
@@ -59,33 +60,6 @@ class ImageService:
                         f.tell() > self.cut_after):
                     raise OSError('connection reset by peer')
                 data.write(chunk)
-
-
-class Cinder:
-    def __init__(self, device):
-        self.device, self.attachments = device, {}
-        self.read_only = set()
-
-    def attachment_create(self, context, volume_id, instance_id,
-                          connector=None, mountpoint=None):
-        aid = str(uuid.uuid4())
-        self.attachments[aid] = volume_id
-        return {'id': aid, 'connection_info': {
-            'driver_volume_type': 'local',
-            'data': {'device_path': self.device}}}
-
-    def attachment_create_read_only(self, context, volume_id, instance_id,
-                                    connector):
-        attachment = self.attachment_create(context, volume_id, instance_id,
-                                            connector=connector)
-        self.read_only.add(attachment['id'])
-        return attachment
-
-    def attachment_complete(self, context, attachment_id):
-        assert attachment_id in self.attachments
-
-    def attachment_delete(self, context, attachment_id):
-        del self.attachments[attachment_id]
 
 
 @pytest.fixture
