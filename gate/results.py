@@ -1,0 +1,249 @@
+"""Stock and plugin tempest results side by side: gate/results/latest.*
+
+Input: two ``results.json`` of :mod:`gate.tempest` (``--stock``,
+``--plugin``) and optionally the gate's own checks (``--checks``: a JSON
+list of ``{"name", "status": "passed"|"failed"|"skipped", "detail"}``).
+Output: ``latest.md`` (summary, defects, a table per test with both
+statuses and durations, why tests skipped or failed) and ``latest.json``
+(the same, for machines).
+
+Verdicts per test:
+
+* ``DEFECT``: passed on stock, not on the plugin (failed, skipped or
+  missing): the plugin must pass everything stock passes (issue 11);
+* ``plugin failed``: failed or missing on the plugin where stock did not
+  pass either (for example the project's own scenarios, skipped on stock);
+* ``ok`` otherwise.
+
+CLI (exit 1 on a DEFECT, a plugin failure, a failed check, or fewer than
+``--min-passed`` upstream tests passing on both)::
+
+    python -m gate.results --stock S.json --plugin P.json \
+        [--checks C.json] [--out-dir gate/results] [--min-passed 40]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Mapping
+from collections.abc import Sequence
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT_DIR = os.path.join(HERE, 'results')
+MIN_PASSED = 40
+UPSTREAM_PREFIX = 'tempest.'
+_ABSENT = {'status': 'missing', 'duration': 0.0,
+           'reason': 'not in this run'}
+
+
+def verdict(stock: Mapping[str, Any], plugin: Mapping[str, Any]) -> str:
+    if stock['status'] == 'passed' and plugin['status'] != 'passed':
+        return 'DEFECT'
+    if plugin['status'] in ('failed', 'missing') \
+            and stock['status'] != 'passed':
+        return 'plugin failed'
+    return 'ok'
+
+
+def compare(stock: Mapping[str, Any], plugin: Mapping[str, Any],
+            checks: Sequence[Mapping[str, Any]] = (),
+            min_passed: int = MIN_PASSED) -> dict[str, Any]:
+    """The comparison of two runs (what latest.json holds)."""
+    s_tests = stock.get('tests', {})
+    p_tests = plugin.get('tests', {})
+    rows = []
+    for test_id in sorted(set(s_tests) | set(p_tests)):
+        s = s_tests.get(test_id, _ABSENT)
+        p = p_tests.get(test_id, _ABSENT)
+        rows.append({'id': test_id, 'stock': s, 'plugin': p,
+                     'verdict': verdict(s, p)})
+    upstream = [r for r in rows if r['id'].startswith(UPSTREAM_PREFIX)]
+    both = sum(1 for r in upstream if r['stock']['status'] == 'passed'
+               and r['plugin']['status'] == 'passed')
+    defects = [r['id'] for r in rows if r['verdict'] == 'DEFECT']
+    plugin_failures = [r['id'] for r in rows
+                       if r['verdict'] == 'plugin failed']
+    failed_checks = [c['name'] for c in checks if c['status'] == 'failed']
+    problems = []
+    if defects:
+        problems.append('%d DEFECT(s): passed on stock, not on the plugin'
+                        % len(defects))
+    if plugin_failures:
+        problems.append('%d test(s) failed on the plugin'
+                        % len(plugin_failures))
+    if failed_checks:
+        problems.append('%d gate check(s) failed' % len(failed_checks))
+    if both < min_passed:
+        problems.append('only %d upstream tests pass on both (at least %d '
+                        'wanted)' % (both, min_passed))
+    return {
+        'generated': time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()),
+        'runs': {label: _run_summary(run, [r[label] for r in rows])
+                 for label, run in (('stock', stock), ('plugin', plugin))},
+        'summary': {
+            'tests': len(rows),
+            'upstream_tests': len(upstream),
+            'upstream_passed_on_both': both,
+            'min_passed': min_passed,
+            'defects': len(defects),
+            'plugin_failures': len(plugin_failures),
+            'checks_failed': len(failed_checks),
+            'ok': not problems,
+            'problems': problems,
+        },
+        'defects': defects,
+        'plugin_failures': plugin_failures,
+        'checks': list(checks),
+        'tests': rows,
+    }
+
+
+def _run_summary(run: Mapping[str, Any],
+                 results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    counts = {s: 0 for s in ('passed', 'failed', 'skipped', 'missing')}
+    for r in results:
+        counts[r['status']] = counts.get(r['status'], 0) + 1
+    return {
+        'label': run.get('label'),
+        'drivers': run.get('drivers', {}),
+        'started': run.get('started'),
+        'wall_seconds': run.get('wall_seconds'),
+        'returncode': run.get('returncode'),
+        'timed_out': run.get('timed_out', False),
+        'counts': counts,
+    }
+
+
+def _cell(result: Mapping[str, Any]) -> str:
+    status = result['status']
+    shown = status.upper() if status in ('failed', 'missing') else status
+    if status in ('passed', 'failed') and result.get('duration'):
+        return '%s %.1fs' % (shown, result['duration'])
+    return shown
+
+
+def _md(text: str) -> str:
+    return text.replace('|', '\\|').replace('\n', ' ').strip()
+
+
+def _why(result: Mapping[str, Any]) -> str:
+    """One line: a skip's reason, or a failure's last traceback line."""
+    reason = str(result.get('reason') or '').strip()
+    if result['status'] == 'failed':
+        lines = [ln for ln in reason.splitlines() if ln.strip()]
+        reason = lines[-1] if lines else ''
+    return _md(reason)[:300]
+
+
+def render_md(cmp: Mapping[str, Any]) -> str:
+    """latest.md."""
+    summary = cmp['summary']
+    runs = cmp['runs']
+    out = ['# Gate results: stock Nova against nova-imgtype\n',
+           '\nGenerated %s by `python -m gate.results`. Each tempest test ran '
+           'once against stock `libvirt.LibvirtDriver` computes and once '
+           'against `imgtype.LibvirtDriver` computes of the same cloud.\n'
+           % cmp['generated'],
+           '\n## Summary\n\n',
+           '**%s**' % ('PASS' if summary['ok'] else 'FAIL')]
+    out.append(': ' + '; '.join(summary['problems']) + '\n'
+               if summary['problems'] else
+               ': the plugin passes every test stock passes.\n')
+    out.append('\n| | stock | plugin |\n|---|---|---|\n')
+    for key in ('passed', 'failed', 'skipped', 'missing'):
+        out.append('| %s | %d | %d |\n' % (
+            key, runs['stock']['counts'][key], runs['plugin']['counts'][key]))
+    out.append('| wall time | %s s | %s s |\n' % (
+        runs['stock']['wall_seconds'], runs['plugin']['wall_seconds']))
+    out.append('\nUpstream tempest tests passing on both: **%d** '
+               '(at least %d wanted) of %d upstream tests, %d tests in all.'
+               '\n' % (summary['upstream_passed_on_both'],
+                       summary['min_passed'], summary['upstream_tests'],
+                       summary['tests']))
+    by_id = {r['id']: r for r in cmp['tests']}
+    if cmp['defects']:
+        out.append('\n## Defects\n\n')
+        for test_id in cmp['defects']:
+            p = by_id[test_id]['plugin']
+            out.append('- DEFECT: `%s` passes on stock, %s on the plugin: '
+                       '%s\n' % (test_id, p['status'], _why(p)))
+    if cmp['plugin_failures']:
+        out.append('\n## Failed on the plugin\n\n')
+        for test_id in cmp['plugin_failures']:
+            p = by_id[test_id]['plugin']
+            out.append('- `%s`: %s\n' % (test_id, _why(p)))
+    if cmp['checks']:
+        out.append('\n## Gate checks\n\n| check | status | detail |\n'
+                   '|---|---|---|\n')
+        for check in cmp['checks']:
+            out.append('| %s | %s | %s |\n' % (
+                _md(check['name']), check['status'].upper()
+                if check['status'] == 'failed' else check['status'],
+                _md(str(check.get('detail', '')))))
+    out.append('\n## Per test\n\n| test | stock | plugin | verdict |\n'
+               '|---|---|---|---|\n')
+    for row in cmp['tests']:
+        out.append('| `%s` | %s | %s | %s |\n' % (
+            row['id'], _cell(row['stock']), _cell(row['plugin']),
+            '**DEFECT**' if row['verdict'] == 'DEFECT' else
+            row['verdict'] if row['verdict'] != 'ok' else ''))
+    reasons = [(row['id'], label, row[label]) for row in cmp['tests']
+               for label in ('stock', 'plugin')
+               if row[label]['status'] != 'passed' and _why(row[label])]
+    if reasons:
+        out.append('\n## Why not passed\n\n')
+        for test_id, label, result in reasons:
+            out.append('- `%s` (%s, %s): %s\n' % (
+                test_id, label, result['status'], _why(result)))
+    return ''.join(out)
+
+
+def write(stock_path: str, plugin_path: str, out_dir: str = OUT_DIR,
+          checks_path: str | None = None,
+          min_passed: int = MIN_PASSED) -> tuple[str, str, dict[str, Any]]:
+    """Write latest.md and latest.json; (md path, json path, comparison)."""
+    with open(stock_path) as f:
+        stock = json.load(f)
+    with open(plugin_path) as f:
+        plugin = json.load(f)
+    checks: list[dict[str, Any]] = []
+    if checks_path:
+        with open(checks_path) as f:
+            checks = json.load(f)
+    cmp = compare(stock, plugin, checks, min_passed)
+    os.makedirs(out_dir, exist_ok=True)
+    md_path = os.path.join(out_dir, 'latest.md')
+    json_path = os.path.join(out_dir, 'latest.json')
+    with open(md_path, 'w') as f:
+        f.write(render_md(cmp))
+    with open(json_path, 'w') as f:
+        json.dump(cmp, f, indent=1, sort_keys=True)
+        f.write('\n')
+    return md_path, json_path, cmp
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog='python -m gate.results')
+    parser.add_argument('--stock', required=True)
+    parser.add_argument('--plugin', required=True)
+    parser.add_argument('--checks')
+    parser.add_argument('--out-dir', default=OUT_DIR)
+    parser.add_argument('--min-passed', type=int, default=MIN_PASSED)
+    args = parser.parse_args(argv)
+    md_path, json_path, cmp = write(args.stock, args.plugin, args.out_dir,
+                                    args.checks, args.min_passed)
+    summary = cmp['summary']
+    print('%s: %s (%d upstream tests pass on both)' % (
+        md_path, 'PASS' if summary['ok'] else
+        'FAIL: ' + '; '.join(summary['problems']),
+        summary['upstream_passed_on_both']))
+    return 0 if summary['ok'] else 1
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""Rendering stock and plugin results side by side."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+from gate import results
+
+P = {'status': 'passed', 'duration': 3.25, 'reason': ''}
+F = {'status': 'failed', 'duration': 1.0,
+     'reason': 'Traceback (most recent call last):\n  ...\n'
+               'tempest.lib.exceptions.BuildErrorException: No valid host'}
+S = {'status': 'skipped', 'duration': 0.0, 'reason': 'Cinder not | there'}
+
+
+def _run(label: str, tests: dict[str, dict[str, object]]) -> dict[str, object]:
+    return {'label': label, 'drivers': {'compute1': label},
+            'wall_seconds': 12.5, 'returncode': 0, 'tests': tests}
+
+
+STOCK = _run('stock', {
+    'tempest.api.a.T.test_both': P,
+    'tempest.api.a.T.test_regressed': P,
+    'tempest.api.a.T.test_skipped_on_plugin': P,
+    'tempest.api.a.T.test_skip_both': S,
+    'tempest.api.a.T.test_fail_both': F,
+    'nova_imgtype.tempest.tests.scenario.t.T.test_own': S,
+    'tempest.api.a.T.test_only_stock': P,
+})
+PLUGIN = _run('plugin', {
+    'tempest.api.a.T.test_both': P,
+    'tempest.api.a.T.test_regressed': F,
+    'tempest.api.a.T.test_skipped_on_plugin': S,
+    'tempest.api.a.T.test_skip_both': S,
+    'tempest.api.a.T.test_fail_both': F,
+    'nova_imgtype.tempest.tests.scenario.t.T.test_own': P,
+})
+
+
+def test_compare_verdicts() -> None:
+    cmp = results.compare(STOCK, PLUGIN, min_passed=1)
+    verdicts = {r['id']: r['verdict'] for r in cmp['tests']}
+    assert cmp['defects'] == [
+        'tempest.api.a.T.test_only_stock',
+        'tempest.api.a.T.test_regressed',
+        'tempest.api.a.T.test_skipped_on_plugin']
+    assert verdicts['tempest.api.a.T.test_both'] == 'ok'
+    assert verdicts['tempest.api.a.T.test_skip_both'] == 'ok'
+    assert verdicts['tempest.api.a.T.test_fail_both'] == 'plugin failed'
+    assert verdicts[
+        'nova_imgtype.tempest.tests.scenario.t.T.test_own'] == 'ok'
+    assert cmp['summary']['upstream_passed_on_both'] == 1
+    assert not cmp['summary']['ok']
+    assert cmp['runs']['plugin']['counts'] == {
+        'passed': 2, 'failed': 2, 'skipped': 2, 'missing': 1}
+
+
+def test_all_good_but_too_few() -> None:
+    cmp = results.compare(STOCK, STOCK, min_passed=40)
+    assert cmp['defects'] == []
+    assert cmp['summary']['problems'] == [
+        '1 test(s) failed on the plugin',
+        'only 4 upstream tests pass on both (at least 40 wanted)']
+    ok = results.compare(_run('s', {'tempest.x': P}),
+                         _run('p', {'tempest.x': P}), min_passed=1)
+    assert ok['summary']['ok']
+    assert '**PASS**' in results.render_md(ok)
+
+
+def test_markdown() -> None:
+    checks = [{'name': 'marker kept on cold migration', 'status': 'failed',
+               'detail': 'read b"" | wanted b"m1"'}]
+    md = results.render_md(results.compare(STOCK, PLUGIN, checks, 1))
+    assert md.startswith('# Gate results')
+    assert '**FAIL**' in md
+    assert ('- DEFECT: `tempest.api.a.T.test_regressed` passes on stock, '
+            'failed on the plugin: tempest.lib.exceptions.'
+            'BuildErrorException: No valid host') in md
+    assert ('| `tempest.api.a.T.test_regressed` | passed 3.2s | '
+            'FAILED 1.0s | **DEFECT** |') in md
+    assert '| `tempest.api.a.T.test_skip_both` | skipped | skipped |  |' in md
+    assert '| `tempest.api.a.T.test_only_stock` | passed 3.2s | MISSING |' \
+        in md
+    # Pipes in reasons do not break the table.
+    assert 'Cinder not \\| there' in md
+    assert '| marker kept on cold migration | FAILED |' in md
+    assert '1 gate check(s) failed' in md
+
+
+def test_write_and_cli(tmp_path: pathlib.Path) -> None:
+    s = tmp_path / 's.json'
+    p = tmp_path / 'p.json'
+    s.write_text(json.dumps(STOCK))
+    p.write_text(json.dumps(PLUGIN))
+    out = tmp_path / 'out'
+    rc = results.main(['--stock', str(s), '--plugin', str(p),
+                       '--out-dir', str(out), '--min-passed', '1'])
+    assert rc == 1
+    data = json.loads((out / 'latest.json').read_text())
+    assert data['summary']['defects'] == 3
+    assert (out / 'latest.md').read_text().count('DEFECT') >= 3

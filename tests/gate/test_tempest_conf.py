@@ -1,0 +1,111 @@
+"""tempest.conf and the selection, from a synthetic cloud.json."""
+
+from __future__ import annotations
+
+import configparser
+import pathlib
+import re
+
+from gate import tempest as gate_tempest
+from gate import tempest_conf
+
+CLOUD = {
+    'base': '/tmp/gate-x',
+    'auth_url': 'http://127.0.0.1:5000/v3',
+    'region': 'RegionOne',
+    'admin': {'username': 'admin', 'password': 'pw', 'project_name': 'admin',
+              'user_domain_name': 'Default',
+              'project_domain_name': 'Default'},
+    'computes': [{'host': 'compute1', 'driver': 'imgtype.LibvirtDriver'},
+                 {'host': 'compute2', 'driver': 'imgtype.LibvirtDriver'}],
+}
+RES = tempest_conf.Resources('img1', 'img2', 'f1', 'f2', '/i/boot.qcow2',
+                             'ploop', '/i/unsupported.ploop')
+
+
+def _conf(tmp_path: pathlib.Path, text: str) -> configparser.RawConfigParser:
+    path = tmp_path / 'x.conf'
+    path.write_text(text)
+    return tempest_conf.read_oslo_conf(str(path))
+
+
+def test_sections_render_and_parse_back() -> None:
+    sections = tempest_conf.tempest_sections(
+        CLOUD, RES, ['ComputeFilter', 'SameHostFilter'], True, ['compute1'])
+    text = tempest_conf.render_conf(sections)
+    parsed = configparser.RawConfigParser()
+    parsed.read_string(text)
+    assert parsed['auth']['admin_password'] == 'pw'
+    assert parsed['auth']['use_dynamic_credentials'] == 'True'
+    assert parsed['identity']['uri_v3'] == CLOUD['auth_url']
+    assert parsed['identity-feature-enabled']['api_v2'] == 'False'
+    assert parsed['compute']['image_ref'] == 'img1'
+    assert parsed['compute']['image_ref_alt'] == 'img2'
+    assert parsed['compute']['flavor_ref_alt'] == 'f2'
+    assert parsed['compute']['min_compute_nodes'] == '2'
+    assert parsed['compute']['max_microversion'] == 'latest'
+    feats = parsed['compute-feature-enabled']
+    for name in ('resize', 'cold_migration', 'live_migration',
+                 'block_migration_for_live_migration', 'console_output',
+                 'shelve', 'pause', 'suspend', 'snapshot'):
+        assert feats[name] == 'True', name
+    assert feats['scheduler_enabled_filters'] == (
+        'ComputeFilter, SameHostFilter')
+    for name in ('neutron', 'cinder', 'swift'):
+        assert parsed['service_available'][name] == 'False'
+    assert parsed['validation']['run_validation'] == 'False'
+    assert parsed['placement']['max_microversion'] == 'latest'
+    assert parsed['imgtype']['native_qcow2_hosts'] == 'compute1'
+    assert parsed['imgtype']['unsupported_disk_format'] == 'ploop'
+    assert parsed['imgtype-feature-enabled'][
+        'image_type_scheduling'] == 'True'
+
+
+def test_imgtype_options_exist_in_the_plugin() -> None:
+    from nova_imgtype.tempest import config as imgtype_config
+    sections = tempest_conf.tempest_sections(CLOUD, RES, [], False, [])
+    for group, opts in imgtype_config.GROUPS:
+        names = {o.name for o in opts}
+        assert set(sections[group.name]) <= names, group.name
+
+
+def test_filters_from_nova_conf(tmp_path: pathlib.Path) -> None:
+    assert tempest_conf.enabled_filters(_conf(tmp_path, '[DEFAULT]\n')) == (
+        list(tempest_conf.NOVA_DEFAULT_FILTERS))
+    conf = _conf(tmp_path, '[filter_scheduler]\nenabled_filters = A, B,C\n')
+    assert tempest_conf.enabled_filters(conf) == ['A', 'B', 'C']
+
+
+def test_native_hosts_and_unsupported_format(tmp_path: pathlib.Path) -> None:
+    c1 = _conf(tmp_path, '[DEFAULT]\nforce_raw_images = False\n'
+               '[libvirt]\nimages_type_mapping = raw:flat, qcow2:qcow2\n')
+    (tmp_path / 'y.conf').write_text(
+        '[libvirt]\nimages_type_mapping = raw:flat\n')
+    c2 = tempest_conf.read_oslo_conf(str(tmp_path / 'y.conf'))
+    assert tempest_conf.native_qcow2_hosts(
+        [('compute1', c1), ('compute2', c2)]) == ['compute1']
+    # compute2 converts (force_raw_images defaults to True): ploop.
+    assert tempest_conf.unsupported_format([c1, c2]) == 'ploop'
+    assert tempest_conf.unsupported_format([c1]) == 'vhdx'
+
+
+def test_plugin_driver() -> None:
+    assert gate_tempest.plugin_driver(CLOUD)
+    stock = dict(CLOUD, computes=[{'host': 'c', 'driver': 'stock'}])
+    assert not gate_tempest.plugin_driver(stock)
+
+
+def test_selection_file() -> None:
+    text = pathlib.Path(gate_tempest.SELECTION).read_text()
+    ids = tempest_conf.parse_selection(text)
+    assert len(ids) == len(set(ids))
+    assert not any(' ' in i or '#' in i for i in ids)
+    regexes = tempest_conf.selection_regexes(ids)
+    full = ('tempest.api.compute.admin.test_migrations.MigrationsAdminTest'
+            '.test_cold_migration[id-4bf0be52-3b6f-4746-9a27-3143636fe30d]')
+    assert any(re.search(r, full) for r in regexes)
+    # A test id does not match a longer test name.
+    rx = tempest_conf.selection_regexes(['a.B.test_x'])[0]
+    assert re.search(rx, 'a.B.test_x[id-1]')
+    assert not re.search(rx, 'a.B.test_x_with_more[id-1]')
+    assert re.search(tempest_conf.selection_regexes(['a.B'])[0], 'a.B.t[x]')
