@@ -1,6 +1,8 @@
 # nova-imgtype: the two commands an operator or a developer needs.
 #   make demo   - the main job on an embedded default
 #   make test   - every test tier (unit, functional, real)
+#   make gate   - a real cloud on this machine (as root), judged by tempest;
+#                 KEEP=1 leaves it running
 # Both set up what is missing: Debian packages from bindep.txt (as root),
 # a .venv, and the Python packages pinned by constraints.txt.
 
@@ -11,7 +13,8 @@ PIP := $(PY) -m pip
 PIP_INSTALL := $(PIP) install -q --disable-pip-version-check -c constraints.txt
 PYTEST_ARGS ?=
 
-.PHONY: all demo test unit functional real bench pep8 genconfig venv clean
+.PHONY: all demo test unit functional real bench pep8 genconfig venv clean \
+	gate gate-venv
 
 all: test
 
@@ -38,6 +41,13 @@ $(VENV)/.stamp-self: $(VENV)/.stamp-python setup.cfg pyproject.toml $(shell find
 
 venv: $(VENV)/.stamp-self
 
+# The gate's services (keystone, glance, uwsgi, ...), next to Nova.
+$(VENV)/.stamp-gate: $(VENV)/.stamp-self gate/requirements.txt constraints.txt
+	$(PIP_INSTALL) -r gate/requirements.txt
+	touch $@
+
+gate-venv: $(VENV)/.stamp-gate
+
 test: venv
 	$(PY) -m pytest tests/unit tests/functional tests/real $(PYTEST_ARGS)
 
@@ -49,6 +59,9 @@ functional: venv
 
 real: venv
 	$(PY) -m pytest tests/real $(PYTEST_ARGS)
+
+gate: gate-venv
+	$(PY) -m gate $(if $(KEEP),--keep)
 
 demo: venv
 	$(VENV)/bin/nova-imgtype demo

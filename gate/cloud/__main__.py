@@ -36,6 +36,9 @@ def start(keep_on_failure: bool = False) -> tuple[P.State, dict[str, object]]:
     try:
         cloud = U.up(state)
     except BaseException as e:
+        P.kill_running()
+        for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(s, signal.SIG_IGN)
         P.progress('start failed: %s: %s' % (type(e).__name__, e))
         if keep_on_failure:
             P.progress('kept for inspection: %s (logs in %s)'

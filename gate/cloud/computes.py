@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import os
 import subprocess
 import sys
@@ -210,7 +211,7 @@ def wait_computes_reporting(state: P.State, since: float,
         data = identity.compute_get(sess, '/os-services?binary=nova-compute')
         for s in data['services']:
             if (s['host'] in pending and s['state'] == 'up'
-                    and _parse_time(s['updated_at']) >= since - 1):
+                    and _parse_time(s['updated_at']) >= math.ceil(since)):
                 pending.discard(s['host'])
                 P.progress('%s nova-compute up' % s['host'])
         return not pending

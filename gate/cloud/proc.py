@@ -28,6 +28,13 @@ _T0 = time.monotonic()
 _print_lock = threading.Lock()
 # Commands run to completion right now (killed when ``up`` fails).
 RUNNING: set[subprocess.Popen[bytes]] = set()
+# Set when ``up`` fails: no new process starts, every wait ends.
+STOPPING = threading.Event()
+
+
+def _check_stopping() -> None:
+    if STOPPING.is_set():
+        raise GateError('stopping: another part of the cloud failed')
 
 
 class GateError(RuntimeError):
@@ -94,6 +101,7 @@ def spawn(state: State, name: str, argv: Sequence[str],
           env: Mapping[str, str] | None = None,
           cwd: str | None = None) -> subprocess.Popen[bytes]:
     """Start ``argv`` in a new session, output to its log, and record it."""
+    _check_stopping()
     log = state.layout.log(name)
     full_env = dict(os.environ)
     full_env.update(env or {})
@@ -109,6 +117,7 @@ def spawn(state: State, name: str, argv: Sequence[str],
 def run(argv: Sequence[str], log: str, env: Mapping[str, str] | None = None,
         timeout: float = 600) -> None:
     """Run a command to completion, output appended to ``log``."""
+    _check_stopping()
     full_env = dict(os.environ)
     full_env.update(env or {})
     with open(log, 'ab') as out:
@@ -163,6 +172,7 @@ def wait_for(what: str, probe: Any, timeout: float,
     """Call ``probe()`` until it is true; fail if ``proc`` dies first."""
     deadline = time.monotonic() + timeout
     while True:
+        _check_stopping()
         check_alive(proc, what, log)
         try:
             if probe():
@@ -257,6 +267,7 @@ def _reap() -> None:
 
 def kill_running() -> None:
     """Kill the commands :func:`run` is waiting for (``up`` failed)."""
+    STOPPING.set()
     with _print_lock:
         procs = list(RUNNING)
     for proc in procs:
