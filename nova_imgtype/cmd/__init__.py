@@ -2,9 +2,9 @@
 
 Nothing here imports Nova or parses a config file: the commands do, in
 ``main()``, where a config file that cannot be read or parsed is one line
-(:func:`config_file_errors`), not a traceback. Only ``nova-imgtype demo``,
-which runs Nova's services in-process, patches eventlet (before it imports
-anything of Nova).
+(:func:`config_file_errors`), not a traceback. ``nova-imgtype demo``, which
+runs Nova's services in-process, chooses Nova's concurrency mode (native
+threads, as Nova 34's services) before it imports anything of Nova.
 """
 
 from __future__ import annotations

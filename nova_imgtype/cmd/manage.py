@@ -12,6 +12,7 @@ is converted, and the image-type trait the node reports for it.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -149,10 +150,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         CONF.reset()
         CONF.unregister_opt(command_opt)
     # The demo runs Nova's services (and own harness, which sets up the
-    # config itself) in this process: eventlet patched before any of Nova
-    # is imported, as Nova's services and test packages do.
+    # config itself) in this process, in native threads as Nova 34's
+    # services run: chosen before any of Nova is imported, through the
+    # variable Nova's test packages obey too.
+    os.environ.setdefault('OS_NOVA_DISABLE_EVENTLET_PATCHING', '1')
     from nova import monkey_patch
-    monkey_patch.patch()
+    monkey_patch.patch(backend='threading')
     from nova_imgtype import demo
     return demo.run()
 

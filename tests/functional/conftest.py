@@ -3,11 +3,9 @@
 What stock Nova 34 from PyPI needs before its functional test base
 classes run under pytest:
 
-* eventlet monkey patching before anything else of Nova is imported, as
-  Nova's own test packages do (``nova/tests/__init__.py``). Done here at
-  import time: pytest imports this conftest before it collects any test
-  module of this directory (and, for ``pytest tests/unit tests/functional``,
-  before any test module at all).
+* the concurrency mode chosen before anything else of Nova is imported,
+  as Nova's own test packages do: native threads, as in production
+  (``tests/__init__.py``).
 * ``[wsgi]api_paste_config`` of a wheel install: set by
   :mod:`nova_imgtype.testing.functional` when it is imported.
 * ``nova.test.TestCase._clear_attrs`` (a cleanup) deletes every public

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import configparser
+import io
 import pathlib
 import re
 
@@ -51,8 +52,12 @@ def test_sections_render_and_parse_back() -> None:
         assert feats[name] == 'True', name
     assert feats['scheduler_enabled_filters'] == (
         'ComputeFilter, SameHostFilter')
-    for name in ('neutron', 'cinder', 'swift'):
+    for name in ('cinder', 'swift'):
         assert parsed['service_available'][name] == 'False'
+    # The stub is an empty Neutron: available, no extensions, no networks.
+    assert parsed['service_available']['neutron'] == 'True'
+    assert parsed['network-feature-enabled']['api_extensions'] == ''
+    assert parsed['auth']['create_isolated_networks'] == 'False'
     assert parsed['validation']['run_validation'] == 'False'
     assert parsed['placement']['max_microversion'] == 'latest'
     assert parsed['imgtype']['native_qcow2_hosts'] == 'compute1'
@@ -109,3 +114,46 @@ def test_selection_file() -> None:
     assert re.search(rx, 'a.B.test_x[id-1]')
     assert not re.search(rx, 'a.B.test_x_with_more[id-1]')
     assert re.search(tempest_conf.selection_regexes(['a.B'])[0], 'a.B.t[x]')
+
+
+def test_execute_without_a_cloud(tmp_path: pathlib.Path) -> None:
+    """The whole tempest pipeline (init, list, run --subunit, parse) on a
+    cloud that is not there: every selected test gets a row, class-level
+    skips and failures are spread to the tests of their class."""
+    selection = tmp_path / 'sel.txt'
+    selection.write_text(
+        '# two classes\n'
+        'tempest.api.compute.servers.test_servers.ServerShowV247Test\n'
+        'nova_imgtype.tempest.tests.scenario.test_image_type_scheduling'
+        '.ImageTypeSchedulingTest  # the plugin\'s\n')
+    workspace = str(tmp_path / 'ws')
+    gate_tempest.init_workspace(workspace)
+    cloud = dict(CLOUD, auth_url='http://127.0.0.1:9/v3')
+    (tmp_path / 'ws' / 'etc' / 'tempest.conf').write_text(
+        tempest_conf.render_conf(tempest_conf.tempest_sections(
+            cloud, RES, [], False, [])))
+    log = io.StringIO()
+    data = gate_tempest.execute(workspace, 'offline', str(selection),
+                                concurrency=1, timeout=300, out=log)
+    tests = data['tests']
+    assert set(tests) == {
+        'tempest.api.compute.servers.test_servers.ServerShowV247Test.'
+        'test_show_server',
+        'tempest.api.compute.servers.test_servers.ServerShowV247Test.'
+        'test_update_rebuild_list_server',
+        'nova_imgtype.tempest.tests.scenario.test_image_type_scheduling.'
+        'ImageTypeSchedulingTest.test_native_qcow2_flavor_lands_on_native_'
+        'host',
+        'nova_imgtype.tempest.tests.scenario.test_image_type_scheduling.'
+        'ImageTypeSchedulingTest.test_unsupported_disk_format_no_valid_host',
+    }
+    assert data['counts'] == {'passed': 0, 'failed': 2, 'skipped': 2,
+                              'missing': 0}
+    for test_id, result in tests.items():
+        assert result['class_level']
+        if test_id.startswith('tempest.'):
+            assert 'Connection refused' in result['reason']
+        else:
+            assert 'image_type_scheduling is False' in result['reason']
+    assert '4 tests selected' in log.getvalue()
+    assert (tmp_path / 'ws' / 'results.subunit').stat().st_size > 0

@@ -11,9 +11,9 @@ import errno
 import hashlib
 import os
 import subprocess
+import threading
 from unittest import mock
 
-import eventlet
 import pytest
 from nova import exception
 from nova import utils as nova_utils
@@ -148,9 +148,9 @@ def test_fetch_inside_stock_cache_lock_does_not_deadlock(conf, glance, cache,
         handler_cls().fetch_image(None, IMAGE_ID, target, 'qcow2')
         done.append(target)
 
-    thread = eventlet.spawn(as_image_cache_does)
-    with eventlet.Timeout(30, False):
-        thread.wait()
+    thread = threading.Thread(target=as_image_cache_does, daemon=True)
+    thread.start()
+    thread.join(30)
     assert done == [target], 'fetch_image deadlocked under the cache lock'
     assert images.qemu_img_info(target).file_format == 'qcow2'
 
