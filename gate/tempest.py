@@ -195,15 +195,21 @@ def _bin(name: str) -> str:
 
 def init_workspace(workspace: str) -> None:
     """``tempest init`` once (``.stestr.conf``, etc/, logs/), registered
-    in a workspace file next to it rather than in ~/.tempest."""
+    in a workspace file of its own next to it rather than in
+    ~/.tempest."""
     if os.path.exists(os.path.join(workspace, '.stestr.conf')):
         return
     os.makedirs(os.path.dirname(workspace), exist_ok=True)
-    subprocess.run(
-        [_bin('tempest'), 'init', '--workspace-path',
-         os.path.join(os.path.dirname(workspace), 'workspaces.yaml'),
-         '--name', os.path.basename(workspace), workspace],
-        check=True, capture_output=True)
+    registry = workspace + '.workspace.yaml'
+    if os.path.exists(registry):
+        os.unlink(registry)
+    proc = subprocess.run(
+        [_bin('tempest'), 'init', '--workspace-path', registry, '--name',
+         os.path.basename(workspace), workspace],
+        capture_output=True, text=True)
+    if proc.returncode:
+        raise RuntimeError('tempest init %s failed: %s'
+                           % (workspace, proc.stderr or proc.stdout))
 
 
 def list_tests(workspace: str, include_list: str) -> list[str]:
@@ -244,6 +250,27 @@ def run(cloud_path: str, label: str, selection: str = SELECTION,
     if imgtype_scheduling is None:
         imgtype_scheduling = plugin_driver(cloud)
     write_conf(cloud, resources, workspace, imgtype_scheduling)
+    data = execute(workspace, label, selection, concurrency, timeout, out)
+    data.update({
+        'cloud': os.path.abspath(cloud_path),
+        'drivers': {c['host']: c.get('driver')
+                    for c in cloud.get('computes', [])},
+        'imgtype_scheduling': imgtype_scheduling,
+        'resources': resources,
+    })
+    path = os.path.join(workspace, 'results.json')
+    _write_json(path, data)
+    print('gate.tempest[%s]: %s in %.0f s: %s' % (
+        label, ', '.join('%d %s' % (n, s) for s, n in data['counts'].items()),
+        data['wall_seconds'], path), file=out, flush=True)
+    return path
+
+
+def execute(workspace: str, label: str, selection: str = SELECTION,
+            concurrency: int = 2, timeout: float = DEFAULT_TIMEOUT,
+            out: IO[str] = sys.stderr) -> dict[str, Any]:
+    """``tempest run`` of the selection in a configured workspace; its
+    results (what results.json holds, less the cloud's part)."""
     with open(selection) as f:
         ids = tempest_conf.parse_selection(f.read())
     include = os.path.join(workspace, 'include-list.txt')
@@ -280,29 +307,18 @@ def run(cloud_path: str, label: str, selection: str = SELECTION,
             if proc.poll() is None:
                 _kill(proc)
     results = tempest_parse.expand(raw, listed)
-    data = {
+    return {
         'label': label,
-        'cloud': os.path.abspath(cloud_path),
-        'drivers': {c['host']: c.get('driver')
-                    for c in cloud.get('computes', [])},
         'started': time.strftime('%Y-%m-%dT%H:%M:%SZ',
                                  time.gmtime(started)),
         'wall_seconds': round(time.time() - started, 1),
         'returncode': rc,
         'timed_out': timer.fired,
         'command': cmd,
-        'selection': os.path.relpath(selection, os.path.dirname(HERE)),
-        'imgtype_scheduling': imgtype_scheduling,
-        'resources': resources,
+        'selection': os.path.abspath(selection),
         'counts': tempest_parse.counts(results),
         'tests': results,
     }
-    path = os.path.join(workspace, 'results.json')
-    _write_json(path, data)
-    print('gate.tempest[%s]: %s in %.0f s: %s' % (
-        label, ', '.join('%d %s' % (n, s) for s, n in data['counts'].items()),
-        data['wall_seconds'], path), file=out, flush=True)
-    return path
 
 
 class _Killer:
