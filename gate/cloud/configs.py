@@ -65,6 +65,8 @@ def my_cnf(base: str) -> str:
         'innodb_buffer_pool_size = 128M',
         'innodb_flush_log_at_trx_commit = 2',
         'innodb_log_file_size = 32M',
+        'innodb_doublewrite = 0',
+        'innodb_file_per_table = 0',
         'max_connections = 500',
         'character-set-server = utf8mb4',
         'collation-server = utf8mb4_general_ci',
@@ -105,6 +107,9 @@ def keystone_conf(base: str) -> str:
         'DEFAULT': {'use_stderr': True},
         'database': {'connection': L.db_url('keystone')},
         'token': {'provider': 'fernet'},
+        # Throwaway passwords: the cheapest bcrypt (each user create,
+        # bootstrap and password authentication hashes).
+        'identity': {'password_hash_rounds': 4},
         'fernet_tokens': {'key_repository': base + '/keystone/fernet-keys'},
         'credential': {'key_repository': base + '/keystone/credential-keys'},
     })

@@ -49,7 +49,9 @@ def down(base: str, quiet: bool = False) -> list[str]:
     leftovers = _leftovers(base, namespaces)
     if leftovers:
         if not quiet:
-            P.progress('stopping %d leftover processes' % len(leftovers))
+            P.progress('stopping leftover processes: %s' % ', '.join(
+                '%d %s' % (p, P.cmdline(p).split(b'\0')[0].decode(
+                    errors='replace')) for p in leftovers))
         P.terminate(leftovers, grace=5)
     problems = []
     still = _leftovers(base, namespaces)

@@ -3,6 +3,7 @@ nova-api (all four under uwsgi), nova-conductor and nova-scheduler."""
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import os
 import shutil
 import subprocess
@@ -49,10 +50,17 @@ def keystone(state: P.State) -> None:
     conf = os.path.join(d, 'keystone.conf')
     _write(conf, configs.keystone_conf(lay.base))
     c = '--config-file=' + conf
-    manage(state, 'keystone', 'keystone-manage', c, 'db_sync')
-    for what in ('fernet_setup', 'credential_setup'):
-        manage(state, 'keystone', 'keystone-manage', c, what,
-               '--keystone-user', 'root', '--keystone-group', 'root')
+    # Key repositories (no database) while the database is synced.
+    with cf.ThreadPoolExecutor(3) as pool:
+        jobs = [pool.submit(manage, state, 'keystone-' + what,
+                            'keystone-manage', c, what,
+                            '--keystone-user', 'root',
+                            '--keystone-group', 'root')
+                for what in ('fernet_setup', 'credential_setup')]
+        jobs.append(pool.submit(manage, state, 'keystone',
+                                'keystone-manage', c, 'db_sync'))
+        for job in jobs:
+            job.result()
     url = L.AUTH_URL
     manage(state, 'keystone', 'keystone-manage', c, 'bootstrap',
            '--bootstrap-password', L.PASSWORD,
@@ -125,18 +133,25 @@ def nova_databases(state: P.State) -> None:
     P.progress('nova cell databases synced')
 
 
-def nova_services(state: P.State) -> None:
-    """nova-conductor, nova-scheduler and nova-api (uwsgi)."""
+def nova_rpc_services(state: P.State) -> None:
+    """nova-conductor and nova-scheduler."""
     lay = state.layout
     c = ['--config-file', lay.nova_conf]
-    procs = {name: P.spawn(state, name, [L.venv_bin(name), *c])
-             for name in ('nova-conductor', 'nova-scheduler')}
+    for name in ('nova-conductor', 'nova-scheduler'):
+        P.spawn(state, name, [L.venv_bin(name), *c])
+
+
+def nova_api(state: P.State) -> None:
+    """nova-api (uwsgi); the RPC services are still running."""
+    lay = state.layout
     uwsgi(state, 'nova-api', L.PORTS['nova'],
           'nova.wsgi.osapi_compute:application',
           {'OS_NOVA_CONFIG_DIR': lay.path('nova')})
     P.progress('nova-api ready')
-    for name, proc in procs.items():
-        P.check_alive(proc, name, lay.log(name))
+    for name in ('nova-conductor', 'nova-scheduler'):
+        pid = state.pid(name)
+        if pid is None or not P.alive(pid):
+            raise P.GateError('%s exited\n%s' % (name, P.tail(lay.log(name))))
 
 
 def neutron_stub(state: P.State) -> None:

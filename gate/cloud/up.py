@@ -71,25 +71,34 @@ def up(state: P.State) -> dict[str, Any]:
             placement = task(services.placement, mysql)
             glance = task(services.glance, mysql)
             novadb = task(services.nova_databases, mysql)
-            nova = task(services.nova_services, novadb, rabbit)
+            rpc = task(services.nova_rpc_services, novadb, rabbit)
+            api = task(services.nova_api, rpc)
+            # nova-compute reports to placement at once: users first.
+            ncs = task(start_computes, rpc, ids, placement, *hosts)
             for f in cf.as_completed([mysql, rabbit, keys, stub, *hosts,
                                       keystone, ids, placement, glance,
-                                      novadb, nova]):
+                                      novadb, rpc, api, ncs]):
                 f.result()
         except BaseException:
             pool.shutdown(wait=False, cancel_futures=True)
             P.kill_running()
             raise
-    since = time.time()
-    procs = {c.host: computes.start_nova_compute(state, c, L.PLUGIN_DRIVER)
-             for c in L.COMPUTES}
-    P.progress('nova-compute starting on compute1, compute2')
+    since, procs = ncs.result()
     computes.wait_computes_reporting(state, since, procs)
     computes.discover_and_wait(state)
     cloud = cloud_data(state, L.PLUGIN_DRIVER)
     write_cloud(state, cloud)
     P.progress('cloud up in %.0f s' % (time.monotonic() - t0))
     return cloud
+
+
+def start_computes(state: P.State) -> tuple[float, dict[str, Any]]:
+    since = time.time()
+    procs = {c.host: computes.start_nova_compute(state, c, L.PLUGIN_DRIVER)
+             for c in L.COMPUTES}
+    P.progress('nova-compute starting on %s'
+               % ', '.join(c.host for c in L.COMPUTES))
+    return since, procs
 
 
 def cloud_data(state: P.State, driver: str) -> dict[str, Any]:
