@@ -1,8 +1,10 @@
 """Stock and plugin tempest results side by side: gate/results/latest.*
 
 Input: two ``results.json`` of :mod:`gate.tempest` (``--stock``,
-``--plugin``) and optionally the gate's own checks (``--checks``: a JSON
-list of ``{"name", "status": "passed"|"failed"|"skipped", "detail"}``).
+``--plugin``) and optionally the gate's own checks (``--checks``: the
+``checks.json`` of :mod:`gate.checks`, a JSON list of ``{"check",
+"status": "pass"|"fail"|"error", "detail", "seconds"}``; ``name`` and
+``passed``/``failed``/``skipped`` are understood too).
 Output: ``latest.md`` (summary, defects, a table per test with both
 statuses and durations, why tests skipped or failed) and ``latest.json``
 (the same, for machines).
@@ -41,6 +43,23 @@ _ABSENT = {'status': 'missing', 'duration': 0.0,
            'reason': 'not in this run'}
 
 
+_CHECK_STATUS = {'pass': 'passed', 'fail': 'failed', 'error': 'failed',
+                 'skip': 'skipped'}
+
+
+def normalize_check(check: Mapping[str, Any]) -> dict[str, Any]:
+    """A check of either shape as ``{name, status, detail, seconds}``,
+    status ``passed``, ``failed`` or ``skipped``."""
+    status = str(check.get('status', 'failed'))
+    return {
+        'name': str(check.get('name') or check.get('check') or '?'),
+        'status': _CHECK_STATUS.get(status, status),
+        'raw_status': status,
+        'detail': str(check.get('detail') or ''),
+        'seconds': check.get('seconds'),
+    }
+
+
 def verdict(stock: Mapping[str, Any], plugin: Mapping[str, Any]) -> str:
     if stock['status'] == 'passed' and plugin['status'] != 'passed':
         return 'DEFECT'
@@ -54,6 +73,7 @@ def compare(stock: Mapping[str, Any], plugin: Mapping[str, Any],
             checks: Sequence[Mapping[str, Any]] = (),
             min_passed: int = MIN_PASSED) -> dict[str, Any]:
     """The comparison of two runs (what latest.json holds)."""
+    checks = [normalize_check(c) for c in checks]
     s_tests = stock.get('tests', {})
     p_tests = plugin.get('tests', {})
     rows = []
@@ -68,7 +88,7 @@ def compare(stock: Mapping[str, Any], plugin: Mapping[str, Any],
     defects = [r['id'] for r in rows if r['verdict'] == 'DEFECT']
     plugin_failures = [r['id'] for r in rows
                        if r['verdict'] == 'plugin failed']
-    failed_checks = [c['name'] for c in checks if c['status'] == 'failed']
+    failed_checks = [c['name'] for c in checks if c['status'] != 'passed']
     problems = []
     if defects:
         problems.append('%d DEFECT(s): passed on stock, not on the plugin'
@@ -98,7 +118,7 @@ def compare(stock: Mapping[str, Any], plugin: Mapping[str, Any],
         },
         'defects': defects,
         'plugin_failures': plugin_failures,
-        'checks': list(checks),
+        'checks': checks,
         'tests': rows,
     }
 
@@ -181,10 +201,11 @@ def render_md(cmp: Mapping[str, Any]) -> str:
         out.append('\n## Gate checks\n\n| check | status | detail |\n'
                    '|---|---|---|\n')
         for check in cmp['checks']:
+            detail = check['detail'].strip().splitlines()
             out.append('| %s | %s | %s |\n' % (
-                _md(check['name']), check['status'].upper()
-                if check['status'] == 'failed' else check['status'],
-                _md(str(check.get('detail', '')))))
+                _md(check['name']), check['raw_status'].upper()
+                if check['status'] != 'passed' else check['raw_status'],
+                _md(detail[0] if detail else '')[:300]))
     out.append('\n## Per test\n\n| test | stock | plugin | verdict |\n'
                '|---|---|---|---|\n')
     for row in cmp['tests']:

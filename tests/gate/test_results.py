@@ -100,3 +100,19 @@ def test_write_and_cli(tmp_path: pathlib.Path) -> None:
     data = json.loads((out / 'latest.json').read_text())
     assert data['summary']['defects'] == 3
     assert (out / 'latest.md').read_text().count('DEFECT') >= 3
+
+
+def test_checks_of_gate_checks() -> None:
+    checks = [
+        {'check': 'traits', 'status': 'pass', 'detail': 'compute1: ok\nx',
+         'seconds': 1.5},
+        {'check': 'precache', 'status': 'error',
+         'detail': 'KeyError: x\nTraceback...', 'seconds': 0.1},
+    ]
+    ok = _run('s', {'tempest.x': P})
+    cmp = results.compare(ok, ok, checks, min_passed=1)
+    assert [c['status'] for c in cmp['checks']] == ['passed', 'failed']
+    assert cmp['summary']['problems'] == ['1 gate check(s) failed']
+    md = results.render_md(cmp)
+    assert '| traits | pass | compute1: ok |' in md
+    assert '| precache | ERROR | KeyError: x |' in md
