@@ -7,6 +7,7 @@ import concurrent.futures as cf
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Sequence
 
 from gate.cloud import configs
@@ -137,8 +138,31 @@ def nova_rpc_services(state: P.State) -> None:
     """nova-conductor and nova-scheduler."""
     lay = state.layout
     c = ['--config-file', lay.nova_conf]
-    for name in ('nova-conductor', 'nova-scheduler'):
-        P.spawn(state, name, [L.venv_bin(name), *c])
+    procs = {name: P.spawn(state, name, [L.venv_bin(name), *c])
+             for name in ('nova-conductor', 'nova-scheduler')}
+    # nova-compute pings the conductor at start and, unanswered, waits 10 s
+    # before it tries again: go on once the conductor's record is there
+    # (Service.start writes it just before its RPC server starts).
+    P.wait_for('nova-conductor', lambda: _service_row('nova-conductor'),
+               120, procs['nova-conductor'], lay.log('nova-conductor'))
+    time.sleep(1)
+    P.progress('nova-conductor ready')
+
+
+def _service_row(binary: str) -> bool:
+    import pymysql
+
+    conn = pymysql.connect(host=L.HOST, port=L.PORTS['mysql'],
+                           user=L.DB_USER, password=L.PASSWORD,
+                           database='nova', connect_timeout=2)
+    try:
+        with conn.cursor() as cur:
+            cur.execute('SELECT COUNT(*) FROM services WHERE `binary` = %s '
+                        'AND deleted = 0', (binary,))
+            row = cur.fetchone()
+    finally:
+        conn.close()
+    return bool(row and row[0])
 
 
 def nova_api(state: P.State) -> None:
