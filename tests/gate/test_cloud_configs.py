@@ -1,0 +1,143 @@
+"""The gate cloud's configuration files, rendered without starting anything."""
+
+from __future__ import annotations
+
+import configparser
+
+import pytest
+
+from gate.cloud import configs
+from gate.cloud import down
+from gate.cloud import layout as L
+from gate.cloud import proc as P
+
+BASE = '/tmp/gate-abcdefgh'
+
+
+def parse(text: str) -> configparser.ConfigParser:
+    cp = configparser.ConfigParser(strict=False, interpolation=None)
+    cp.read_string(text)
+    return cp
+
+
+def lines(text: str, section: str) -> list[str]:
+    """The raw lines of one section (repeated keys kept)."""
+    out: list[str] = []
+    current = None
+    for line in text.splitlines():
+        if line.startswith('['):
+            current = line.strip('[]')
+        elif current == section and line:
+            out.append(line)
+    return out
+
+
+def test_ini_repeats_list_values_and_spells_booleans():
+    text = configs.ini({'s': {'a': ['x', 'y'], 'b': True, 'c': 0}})
+    assert lines(text, 's') == ['a = x', 'a = y', 'b = True', 'c = 0']
+
+
+def test_controller_loads_the_request_filter_the_stock_way():
+    text = configs.nova_conf(BASE)
+    assert lines(text, 'filter_scheduler') == [
+        'available_filters = nova.scheduler.filters.all_filters',
+        'available_filters = nova_imgtype.scheduler.filters.all_filters']
+    cp = parse(text)
+    assert cp['scheduler']['filter_hosts_by_image_type_support'] == 'True'
+    assert cp['scheduler']['workers'] == '1'
+    assert cp['conductor']['workers'] == '1'
+    assert cp['database']['connection'] == L.db_url('nova')
+    assert cp['api_database']['connection'] == L.db_url('nova_api')
+    assert cp['neutron']['endpoint_override'] == L.ENDPOINTS['network']
+    assert cp['DEFAULT']['shutdown_timeout'] == '0'
+
+
+@pytest.mark.parametrize('kvm', [True, False])
+def test_plugin_computes_differ_as_the_gate_says(kvm):
+    c1, c2 = L.COMPUTES
+    one = parse(configs.nova_compute_conf(BASE, c1, L.PLUGIN_DRIVER, kvm))
+    two = parse(configs.nova_compute_conf(BASE, c2, L.PLUGIN_DRIVER, kvm))
+    for cp, c in ((one, c1), (two, c2)):
+        assert 'database' not in cp and 'api_database' not in cp
+        assert cp['DEFAULT']['compute_driver'] == 'imgtype.LibvirtDriver'
+        assert cp['DEFAULT']['host'] == c.host
+        assert cp['DEFAULT']['my_ip'] == c.ip
+        assert cp['DEFAULT']['instances_path'] == L.INSTANCES_PATH
+        assert cp['DEFAULT']['shutdown_timeout'] == '0'
+        assert cp['libvirt']['live_migration_inbound_addr'] == c.ip
+        assert cp['libvirt']['virt_type'] == ('kvm' if kvm else 'qemu')
+        helper = cp['nova_sys_admin']['helper_command']
+        assert helper.endswith('--config-file %s/%s/nova-compute.conf'
+                               % (BASE, c.host))
+        assert cp['privsep_osbrick']['helper_command'] == helper
+    assert (one['libvirt']['use_storage_pools'],
+            one['libvirt']['images_type'],
+            one['libvirt']['images_type_mapping']) == ('True', 'qcow2',
+                                                       'qcow2:qcow2')
+    assert (two['libvirt']['use_storage_pools'],
+            two['libvirt']['images_type'],
+            two['libvirt']['images_type_mapping']) == ('False', 'flat',
+                                                       'raw:flat')
+    if kvm:
+        assert one['libvirt']['cpu_mode'] == 'host-passthrough'
+        assert one['libvirt']['cpu_model_extra_flags'] == \
+            '-arch-capabilities'
+    else:
+        assert 'cpu_model_extra_flags' not in one['libvirt']
+
+
+def test_stock_computes_carry_no_plugin_option():
+    for c, images_type in zip(L.COMPUTES, ('qcow2', 'flat'), strict=True):
+        cp = parse(configs.nova_compute_conf(BASE, c, L.STOCK_DRIVER, True))
+        assert cp['DEFAULT']['compute_driver'] == 'libvirt.LibvirtDriver'
+        assert cp['libvirt']['images_type'] == images_type
+        assert 'images_type_mapping' not in cp['libvirt']
+        assert 'use_storage_pools' not in cp['libvirt']
+
+
+def test_each_libvirtd_listens_on_its_own_address_with_its_own_uuid():
+    confs = [configs.libvirtd_conf(c) for c in L.COMPUTES]
+    for c, text in zip(L.COMPUTES, confs, strict=True):
+        assert 'listen_addr = "%s"' % c.ip in text
+        assert 'host_uuid = "%s"' % c.host_uuid in text
+        assert 'auth_tcp = "none"' in text
+    assert len({c.host_uuid for c in L.COMPUTES}) == len(L.COMPUTES)
+
+
+def test_sshd_is_key_only_on_the_compute_address():
+    c = L.COMPUTES[1]
+    text = configs.sshd_config(BASE, c)
+    assert 'ListenAddress %s:%d' % (c.ip, L.SSH_PORT) in text
+    assert 'PasswordAuthentication no' in text
+    assert 'PermitRootLogin prohibit-password' in text
+    client = configs.ssh_config(BASE)
+    assert 'IdentityFile %s/ssh/id_ed25519' % BASE in client
+    assert 'StrictHostKeyChecking no' in client
+    assert all(c.ip in client for c in L.COMPUTES)
+
+
+def test_every_database_is_created_and_granted():
+    sql = configs.db_init_sql()
+    for db in L.DATABASES:
+        assert 'CREATE DATABASE IF NOT EXISTS %s;' % db in sql
+        assert "GRANT ALL PRIVILEGES ON %s.* TO '%s'@'%s';" % (
+            db, L.DB_USER, L.HOST) in sql
+
+
+def test_openrc_names_the_admin_of_cloud_json():
+    text = configs.openrc()
+    assert 'export OS_AUTH_URL=%s' % L.AUTH_URL in text
+    assert 'export OS_PASSWORD=%s' % L.ADMIN['password'] in text
+
+
+def test_unix_sockets_fit_under_a_mkdtemp_base():
+    lay = L.Layout(BASE)
+    for c in L.COMPUTES:
+        assert len(lay.libvirt_sock(c.host)) < 108
+        assert len(lay.path(c.host, 'libvirt', 'run', 'virtlogd-sock')) < 108
+    assert len(lay.path('mysql', 'mysqld.sock')) < 108
+
+
+def test_down_refuses_a_directory_that_is_no_gate_cloud(tmp_path):
+    with pytest.raises(P.GateError):
+        down.down(str(tmp_path))
