@@ -239,9 +239,11 @@ class VolumeLinkingTemplateImageHandler(base.BaseTemplateImageHandler):
                     trusted_certs: Any = None) -> None:
         @base.template_lock(target)
         def link() -> bool:
-            if os.path.lexists(target) or self.linked(target):
+            if os.path.islink(target) or self.linked(target):
                 if _readable(target) or self._repair(target):
                     return True
+            elif os.path.exists(target):
+                return True             # downloaded (the fallback's file)
             meta = IMAGE_API.get(context, image_id, include_locations=True)
             volume_id = cinder_volume_id(meta)
             if volume_id is None:
