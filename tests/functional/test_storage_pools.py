@@ -257,6 +257,59 @@ class StoragePoolsTest(base.ImgtypeServersTestBase):
                                                      'disks')))
         self.assertFalse(os.path.exists(self.instance_path(server)))
 
+    def test_pool_instance_moves_to_a_host_without_pools(self) -> None:
+        """A cold move to a host without storage pools that serves the
+        instance's backend: the volumes become that backend's files there
+        (a revert puts the volume back), and the backend stays."""
+        self.start_compute('compute1', images_type='qcow2',
+                           flags={'libvirt': {'use_storage_pools': True,
+                                              'images_type_mapping':
+                                              'qcow2:qcow2'}})
+        self.start_compute('compute2', images_type='flat',
+                           flags={'libvirt': {'images_type_mapping':
+                                              'raw:flat'}})
+        image = self.create_image('qcow2', size_mb=4)
+        server = self.boot_server(image['id'], host='compute1')
+        before = self._volume_info(server)
+        disk = pools.volume_name(server['id'], 'disk')
+
+        with self.on_compute('compute2'):
+            server = self._migrate_server(server, host='compute2',
+                                          api=self.admin_api)
+        self.assertEqual('compute2', server['OS-EXT-SRV-ATTR:host'])
+        self.assertEqual('legacy', self._storage(server))
+        info = base.qemu_img_info(self.instance_path(server, 'disk'))
+        self.assertEqual('qcow2', info['format'])
+        self.assertEqual(before['full-backing-filename'],
+                         info['full-backing-filename'])
+        self.assertEqual(base.IMAGE_MARKER, self.guest_head(
+            self.instance_path(server, 'disk')))
+        self.assertEqual('file', self._domain_disk(server).get('type'))
+
+        # Revert: the pool volume is back on compute1, the record too.
+        with self.on_compute('compute1'):
+            server = self._revert_resize(server)
+        self.assertEqual('compute1', server['OS-EXT-SRV-ATTR:host'])
+        self.assertEqual('pools', self._storage(server))
+        self.assertEqual(before, self._volume_info(server))
+        self.assertEqual([disk], self._instance_volumes(server))
+        self.assertEqual('volume', self._domain_disk(server).get('type'))
+
+        # Again, confirmed: a qcow2 file on compute2, no volume left.
+        with self.on_compute('compute2'):
+            server = self._migrate_server(server, host='compute2',
+                                          api=self.admin_api)
+            server = self._confirm_resize(server)
+        self.assertEqual([], self._instance_volumes(server))
+        inst = objects.Instance.get_by_uuid(
+            self.ctxt, server['id'], expected_attrs=['system_metadata'])
+        self.assertEqual('qcow2', inst.system_metadata['imgtype_backend'])
+        self.assertEqual(base.IMAGE_MARKER, self.guest_head(
+            self.instance_path(server, 'disk')))
+        with self.on_compute('compute2'):
+            self._delete_server(server)
+        self.assertFalse(os.path.exists(self.instance_path(server)))
+
     def test_legacy_instances_move_on_resize_and_unshelve(self) -> None:
         self.flags(allow_resize_to_same_host=True)
         self.flags(shelved_offload_time=0)

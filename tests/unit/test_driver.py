@@ -431,16 +431,27 @@ def test_pool_instances_refuse_live_migration(make_driver):
     lv.assert_not_called()
 
 
-def test_pool_instance_cold_move_needs_pools_on_destination(make_driver,
-                                                            compute_node):
+@pytest.mark.parametrize('dest_traits,outcome', [
+    # The backend on pools there: volumes to its pool.
+    (('CUSTOM_IMGTYPE_BACKEND_QCOW2',
+      'CUSTOM_IMGTYPE_BACKEND_LIBVIRT_STORAGE'), True),
+    # The backend without pools: the volumes go as its files.
+    (('CUSTOM_IMGTYPE_BACKEND_QCOW2',), False),
+    # Not the backend: refused before anything is touched.
+    (('CUSTOM_IMGTYPE_BACKEND_FLAT',
+      'CUSTOM_IMGTYPE_BACKEND_LIBVIRT_STORAGE'), 'refused'),
+])
+def test_pool_instance_cold_move_by_what_the_destination_serves(
+        make_driver, compute_node, dest_traits, outcome):
     drv = make_driver(images_type='qcow2')
     inst = _instance(imgtype_backend='qcow2', imgtype_storage='pools')
-    with _placement_traits('CUSTOM_IMGTYPE_BACKEND_QCOW2'), \
-            mock.patch.object(drv, 'power_off') as power_off:
-        with pytest.raises(nova_exception.InstanceFaultRollback) as e:
-            drv.migrate_disk_and_power_off(None, inst, '192.0.2.2', None, None)
-    power_off.assert_not_called()
-    assert 'libvirt_storage' in str(e.value.inner_exception)
+    with _placement_traits(*dest_traits):
+        if outcome == 'refused':
+            with pytest.raises(nova_exception.InstanceFaultRollback) as e:
+                drv._check_destination_serves(None, inst)
+            assert 'backend qcow2' in str(e.value.inner_exception)
+        else:
+            assert drv._check_destination_serves(None, inst) is outcome
 
 
 @pytest.mark.parametrize('pools_on,recorded,expected', [

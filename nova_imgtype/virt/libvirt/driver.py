@@ -619,17 +619,22 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                 block_device_info=block_device_info)
 
     def _check_destination_serves(self, context: Any,
-                                  instance: objects.Instance) -> None:
+                                  instance: objects.Instance) -> bool:
         """Refuse a cold move to a host that can't serve the backend.
 
         Asked of placement before anything is touched: the destination
         node reports one ``CUSTOM_IMGTYPE_BACKEND_<NAME>`` trait per backend
         it can serve. A destination reporting none runs no nova-imgtype, and
-        the move goes on as in stock Nova.
+        the move goes on as in stock Nova. A pool instance may move to a
+        host without storage pools that serves its backend: its volumes
+        become that backend's files there.
+
+        :returns: False when the disks of a pool instance go to a host
+            without storage pools (as files), True otherwise.
         """
         decision = self._resolver.recorded(instance)
         if decision is None or not instance.migration_context:
-            return
+            return True
         migration = objects.Migration.get_by_id(
             context, instance.migration_context.migration_id)
         node = objects.ComputeNode.get_by_host_and_nodename(
@@ -642,19 +647,17 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                         'not run nova-imgtype and will treat this instance '
                         'as its images_type', migration.dest_compute,
                         instance=instance)
-            return
-        needed = [decision.backend]
-        if decision.storage == resolver_mod.POOLS:
-            needed.append(resolver_mod.STORAGE_BACKEND)
-        missing = [b for b in needed
-                   if traits.backend_trait(b) not in node_traits]
-        if missing:
+            return True
+        if traits.backend_trait(decision.backend) not in node_traits:
             reason = _('destination host %(dest)s cannot serve image backend '
                        '%(backend)s of this instance') % {
                 'dest': migration.dest_compute,
-                'backend': ' on '.join(missing)}
+                'backend': decision.backend}
             raise nova_exception.InstanceFaultRollback(
                 nova_exception.MigrationPreCheckError(reason=reason))
+        return (decision.storage != resolver_mod.POOLS or
+                traits.backend_trait(resolver_mod.STORAGE_BACKEND) in
+                node_traits)
 
     def _refuse_on_pools(self, instance: objects.Instance,
                          operation: str) -> None:
@@ -735,7 +738,7 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
             reason = _('Migration is not supported for LVM backed instances')
             raise nova_exception.InstanceFaultRollback(
                 nova_exception.MigrationPreCheckError(reason=reason))
-        self._check_destination_serves(context, instance)
+        dest_pools = self._check_destination_serves(context, instance)
         decision = self._resolver.decision_for(instance)
         if decision.storage != resolver_mod.POOLS or pools_mod.pool_type(
                 self._pools.get(decision.pool)) != 'dir':
@@ -747,12 +750,13 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                 retry_interval=retry_interval)
         return self._migrate_pool_disks(
             context, instance, dest, flavor, network_info,
-            block_device_info, timeout, retry_interval)
+            block_device_info, timeout, retry_interval, dest_pools)
 
     def _migrate_pool_disks(self, context: Any, instance: objects.Instance,
                             dest: str, flavor: Any, network_info: Any,
                             block_device_info: Any, timeout: int,
-                            retry_interval: int) -> str:
+                            retry_interval: int,
+                            dest_pools: bool = True) -> str:
         """Stock's resize and cold migration, for disks on pool volumes.
 
         With the guest stopped, the volume files are moved (renamed, same
@@ -761,7 +765,11 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
         From there each volume is copied to the same pool path on the
         destination, the way stock copies disk files (``cp`` when the pool
         directory is shared with the destination, ``rsync``/``scp`` when
-        not). A failure puts everything back where it was.
+        not). A destination without storage pools (``dest_pools`` False)
+        gets each volume as the file stock would have there
+        (``<instance>/disk``, ...), and makes the instance's disks files
+        of its backend (``finish_migration``). A failure puts everything
+        back where it was.
         """
         pool = self._instance_pool(instance)
         pool_dir = pools_mod.pool_target(pool)
@@ -785,11 +793,14 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                 # Stock put the instance directory back in place.
                 self._unstage_volumes(instance, pool, pool_dir, inst_base,
                                       staged)
-        shared_pool = self._is_path_shared_with(dest, pool_dir)
+        target_dir = pool_dir if dest_pools else inst_base
+        shared_pool = self._is_path_shared_with(dest, target_dir)
         copied: list[str] = []
         try:
             for name, fmt in vols:
-                target = os.path.join(pool_dir, name)
+                target = os.path.join(
+                    target_dir,
+                    name if dest_pools else name[len(instance.uuid) + 1:])
                 libvirt_utils.copy_image(
                     os.path.join(inst_base_resize, name), target,
                     host=None if shared_pool else dest,
@@ -800,7 +811,8 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                     compression=fmt not in libvirt_driver.NO_COMPRESSION_TYPES)
                 copied.append(target)
                 disk_info.append({'type': fmt, 'path': target,
-                                  'volume': name})
+                                  'volume': name} if dest_pools else
+                                 {'type': fmt, 'path': target})
         except Exception:
             with excutils.save_and_reraise_exception():
                 for target in copied:
@@ -813,7 +825,7 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                     self._is_path_shared_with(dest, inst_base))
                 self._unstage_volumes(instance, pool, pool_dir, inst_base,
                                       staged)
-        if shared_pool:
+        if shared_pool and dest_pools:
             # The copies are in this pool's directory too (same host, or a
             # shared one): make libvirt see them.
             pool.refresh(0)
@@ -860,9 +872,21 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                          block_device_info: Any = None,
                          power_on: bool = True, share_info: Any = None
                          ) -> None:
+        decision = self._resolver.decision_for(instance)
+        if (decision.storage == resolver_mod.POOLS and
+                self._resolver.storage_for(decision.backend) !=
+                resolver_mod.POOLS):
+            # No pools here: the volumes came as this backend's files
+            # (_migrate_pool_disks), and the instance keeps its backend.
+            decision = self._resolver.with_storage(decision,
+                                                   resolver_mod.LEGACY)
+            self._resolver.record(instance, decision)
+            instance.save()
+            LOG.info('Disks of backend %s are files on this host, which '
+                     'has no storage pools for it', decision.backend,
+                     instance=instance)
         self._resolver.ensure_served(instance, CONF.host)
         infos = jsonutils.loads(disk_info)
-        decision = self._resolver.decision_for(instance)
         if decision.storage == resolver_mod.POOLS:
             # This host's pool implementing the backend (the same storage:
             # the same directory, or the same Ceph pool).
@@ -906,6 +930,12 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
         volumes = [n for n in names if n.startswith(instance.uuid + '_')]
         legacy = [n for n in names if _MOVABLE_DISK.match(n)]
         decision = self._resolver.decision_for(instance)
+        if volumes and decision.storage != resolver_mod.POOLS:
+            # The destination (without pools) recorded the disks as files.
+            decision = self._resolver.with_storage(decision,
+                                                   resolver_mod.POOLS)
+            self._resolver.record(instance, decision)
+            instance.save()
         if volumes or (legacy and decision.storage == resolver_mod.POOLS):
             self._delete_pool_volumes(instance)
         if volumes:
