@@ -1,8 +1,19 @@
 """``python -m gate [--keep]``: the whole gate.
 
-Brings the real cloud up (:mod:`gate.cloud`), says what runs, and takes it
-down again unless ``--keep`` (then it prints how to use and stop it). The
-cloud is taken down on failure and on Ctrl-C/SIGTERM too.
+1. the real cloud up (:mod:`gate.cloud`), both computes on the plugin;
+2. the gate checks tempest cannot make (:mod:`gate.checks`);
+3. tempest's selection and the project's scenarios (:mod:`gate.tempest`),
+   label ``plugin``;
+4. every server deleted, both computes restarted on stock
+   ``libvirt.LibvirtDriver``, the same selection again, label ``stock``;
+5. both side by side in ``gate/results/latest.{md,json}``
+   (:mod:`gate.results`); the gate fails on a test that passes on stock but
+   not on the plugin, on a failed check, or on fewer upstream tests passing
+   on both than the minimum.
+
+The cloud is taken down at the end, on failure and on Ctrl-C/SIGTERM too,
+unless ``--keep`` (then it prints how to use and stop it).
+``--skip-tempest`` runs the checks only.
 """
 
 from __future__ import annotations
@@ -10,21 +21,74 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import time
 from types import FrameType
 
+from gate import checks
+from gate import results
+from gate import tempest
 from gate.cloud import __main__ as cloud_cli
+from gate.cloud import computes
 from gate.cloud import down as D
+from gate.cloud import layout as L
 from gate.cloud import proc as P
+from gate.cloud import up as U
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise cloud_cli.Interrupted(signal.Signals(signum).name)
 
 
+def _delete_servers(cloud_path: str) -> None:
+    conn = tempest.connect(tempest.load_cloud(cloud_path))
+    servers = list(conn.compute.servers(all_projects=True))
+    for server in servers:
+        conn.compute.delete_server(server, force=True)
+    deadline = time.monotonic() + 300
+    while list(conn.compute.servers(all_projects=True)):
+        if time.monotonic() > deadline:
+            raise P.GateError('servers left after 300 s')
+        time.sleep(2)
+    P.progress('%d servers deleted' % len(servers))
+
+
+def _switch(state: P.State, driver: str) -> None:
+    computes.restart_all(state, driver)
+    cloud = tempest.load_cloud(state.layout.cloud_json)
+    cloud['driver'] = driver
+    cloud['computes'] = computes.compute_entries(state, driver)
+    U.write_cloud(state, cloud)
+    P.progress('computes on %s' % driver)
+
+
+def judge(state: P.State, skip_tempest: bool = False) -> int:
+    """Steps 2 to 5 on a running cloud; 0 when the gate passes."""
+    cloud_path = state.layout.cloud_json
+    check_results = checks.run(cloud_path)
+    checks_path = state.layout.path('checks.json')
+    failed_checks = [c for c in check_results if c['status'] != 'pass']
+    if skip_tempest:
+        return int(bool(failed_checks))
+    plugin = tempest.run(cloud_path, 'plugin')
+    _delete_servers(cloud_path)
+    _switch(state, L.STOCK_DRIVER)
+    stock = tempest.run(cloud_path, 'stock')
+    md_path, json_path, cmp = results.write(stock, plugin,
+                                            checks_path=checks_path)
+    with open(md_path) as f:
+        print(f.read().split('\n## Per test')[0])
+    print('gate results: %s, %s' % (md_path, json_path))
+    for problem in cmp['summary']['problems']:
+        print('gate: %s' % problem, file=sys.stderr)
+    return 0 if cmp['summary']['ok'] else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog='python -m gate', description=__doc__)
     p.add_argument('--keep', action='store_true',
                    help='leave the cloud running at the end')
+    p.add_argument('--skip-tempest', action='store_true',
+                   help='run the gate checks only')
     args = p.parse_args(argv)
     try:
         state, cloud = cloud_cli.start()
@@ -38,9 +102,13 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGHUP, _interrupt)
     try:
         cloud_cli.report(state, cloud)
+        rc = judge(state, args.skip_tempest)
     except (KeyboardInterrupt, cloud_cli.Interrupted):
         rc = 130
         args.keep = False
+    except Exception as e:  # noqa: BLE001 - said, then taken down
+        print('gate: %s: %s' % (type(e).__name__, e), file=sys.stderr)
+        rc = 1
     finally:
         if args.keep:
             cloud_cli.how_to_use(state)
