@@ -16,9 +16,11 @@ namespaces: ``qemu-img``, ``virsh``, the image cache) and at placement:
     file on the flat host.
 ``novalidhost``
     An image of a format no compute supports ends in NoValidHost.
-``cold-migration`` / ``resize-revert``
+``cold-migration`` / ``resize-revert`` / ``pools-to-files``
     A marker written into the instance disk before a move between the two
-    computes (separate storage) is read back after it.
+    computes (separate storage) is read back after it: files into the pools
+    host, and a pool volume to the host without pools (reverted, then
+    confirmed).
 
 CLI: ``python -m gate.checks --cloud <base>/cloud.json`` prints one line
 per check and writes ``<base>/checks.json``; exit 1 if any failed.
@@ -242,9 +244,10 @@ def check_novalidhost(cloud: Cloud, conn: Any,
 
 
 def _move(cloud: Cloud, conn: Any, res: Mapping[str, Any],
-          revert: bool) -> str:
-    _, files_host = _hosts(cloud)
-    server = _boot(conn, res, 'raw', files_host)
+          revert: bool, from_pools: bool = False) -> str:
+    pools_host, files_host = _hosts(cloud)
+    source = pools_host if from_pools else files_host
+    server = _boot(conn, res, 'qcow2' if from_pools else 'raw', source)
     try:
         conn.compute.stop_server(server)
         server = _wait(conn, server, 'SHUTOFF')
@@ -257,8 +260,8 @@ def _move(cloud: Cloud, conn: Any, res: Mapping[str, Any],
             conn.compute.migrate_server(server)
         server = _wait(conn, server, 'VERIFY_RESIZE')
         moved_to = _host_of(server)
-        if moved_to == files_host:
-            raise CheckFailed('the move stayed on %s' % files_host)
+        if moved_to == source:
+            raise CheckFailed('the move stayed on %s' % source)
         if revert:
             conn.compute.revert_server_resize(server)
         else:
@@ -272,7 +275,7 @@ def _move(cloud: Cloud, conn: Any, res: Mapping[str, Any],
                                   moved_to, 'revert' if revert else
                                   'confirm', path, c['host'], got, marker))
         return '%s -> %s%s: marker read back from the %s %s on %s' % (
-            files_host, moved_to, ' (reverted)' if revert else '',
+            source, moved_to, ' (reverted)' if revert else '',
             kind, os.path.basename(path), c['host'])
     finally:
         conn.compute.delete_server(server)
@@ -288,6 +291,15 @@ def check_resize_revert(cloud: Cloud, conn: Any,
     return _move(cloud, conn, res, revert=True)
 
 
+def check_pools_to_files(cloud: Cloud, conn: Any,
+                         res: Mapping[str, Any]) -> str:
+    # A pool volume (a qcow2 overlay) to the host without pools, reverted
+    # (the volume goes back), then confirmed (it becomes a file there).
+    reverted = _move(cloud, conn, res, revert=True, from_pools=True)
+    return '%s; %s' % (reverted, _move(cloud, conn, res, revert=False,
+                                       from_pools=True))
+
+
 CHECKS: dict[str, Callable[[Cloud, Any, Mapping[str, Any]], str]] = {
     'traits': check_traits,
     'precache': check_precache,
@@ -295,6 +307,7 @@ CHECKS: dict[str, Callable[[Cloud, Any, Mapping[str, Any]], str]] = {
     'novalidhost': check_novalidhost,
     'cold-migration': check_cold_migration,
     'resize-revert': check_resize_revert,
+    'pools-to-files': check_pools_to_files,
 }
 
 
