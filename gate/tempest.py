@@ -166,7 +166,8 @@ def plugin_driver(cloud: Mapping[str, Any]) -> bool:
 
 
 def write_conf(cloud: Mapping[str, Any], resources: Mapping[str, Any],
-               workspace: str, imgtype_scheduling: bool) -> str:
+               workspace: str, imgtype_scheduling: bool,
+               build_timeout: int = tempest_conf.BUILD_TIMEOUT) -> str:
     """``<workspace>/etc/tempest.conf``; its path."""
     nova_conf = tempest_conf.read_oslo_conf(cloud['nova_conf'])
     flavors = list(FLAVORS)
@@ -181,7 +182,8 @@ def write_conf(cloud: Mapping[str, Any], resources: Mapping[str, Any],
     sections = tempest_conf.tempest_sections(
         cloud, res, tempest_conf.enabled_filters(nova_conf),
         imgtype_scheduling, resources['native_qcow2_hosts'],
-        log_dir=os.path.join(workspace, 'logs'))
+        log_dir=os.path.join(workspace, 'logs'),
+        build_timeout=build_timeout)
     path = os.path.join(workspace, 'etc', 'tempest.conf')
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, 'w') as f:
@@ -238,7 +240,8 @@ class _Tee:
 def run(cloud_path: str, label: str, selection: str = SELECTION,
         concurrency: int = 2, timeout: float = DEFAULT_TIMEOUT,
         imgtype_scheduling: bool | None = None,
-        out: IO[str] = sys.stderr) -> str:
+        out: IO[str] = sys.stderr,
+        build_timeout: int = tempest_conf.BUILD_TIMEOUT) -> str:
     """Run the selection against the cloud; the results.json path."""
     cloud = load_cloud(cloud_path)
     t0 = time.monotonic()
@@ -249,7 +252,8 @@ def run(cloud_path: str, label: str, selection: str = SELECTION,
     init_workspace(workspace)
     if imgtype_scheduling is None:
         imgtype_scheduling = plugin_driver(cloud)
-    write_conf(cloud, resources, workspace, imgtype_scheduling)
+    write_conf(cloud, resources, workspace, imgtype_scheduling,
+               build_timeout)
     data = execute(workspace, label, selection, concurrency, timeout, out)
     data.update({
         'cloud': os.path.abspath(cloud_path),
@@ -364,6 +368,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('--selection', default=SELECTION)
     parser.add_argument('--concurrency', type=int, default=2)
     parser.add_argument('--timeout', type=float, default=DEFAULT_TIMEOUT)
+    parser.add_argument('--build-timeout', type=int,
+                        default=tempest_conf.BUILD_TIMEOUT,
+                        help='tempest [compute]build_timeout (seconds)')
     parser.add_argument('--imgtype-scheduling', choices=('auto', 'on', 'off'),
                         default='auto')
     parser.add_argument('--prepare-only', action='store_true',
@@ -376,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     scheduling = {'auto': None, 'on': True, 'off': False}[
         args.imgtype_scheduling]
     print(run(args.cloud, args.label, args.selection, args.concurrency,
-              args.timeout, scheduling))
+              args.timeout, scheduling, build_timeout=args.build_timeout))
     return 0
 
 
