@@ -184,6 +184,9 @@ def nova_conf(base: str) -> str:
     sections['DEFAULT'].update({
         'osapi_compute_workers': 1,
         'metadata_workers': 1,
+        # The project's resize scenario stays on the one host that keeps
+        # qcow2 natively (nova-api reads this option).
+        'allow_resize_to_same_host': True,
     })
     sections.update({
         'api': {'auth_strategy': 'keystone'},
