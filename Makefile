@@ -1,8 +1,9 @@
 # nova-imgtype: the two commands an operator or a developer needs.
 #   make demo   - the main job on an embedded default
-#   make test   - every test tier (unit, functional, real)
-#   make gate   - a real cloud on this machine (as root), judged by tempest;
-#                 KEEP=1 leaves it running
+#   make test   - every test tier (unit, functional, real, gate: a real
+#                 cloud brought up, checked and taken down)
+#   make gate   - a real cloud on this machine (as root), judged by tempest
+#                 against stock Nova; KEEP=1 leaves it running
 # Both set up what is missing: Debian packages from bindep.txt (as root),
 # a .venv, and the Python packages pinned by constraints.txt.
 
@@ -48,8 +49,8 @@ $(VENV)/.stamp-gate: $(VENV)/.stamp-self gate/requirements.txt constraints.txt
 
 gate-venv: $(VENV)/.stamp-gate
 
-test: venv
-	$(PY) -m pytest tests/unit tests/functional tests/real $(PYTEST_ARGS)
+test: gate-venv
+	$(PY) -m pytest tests/unit tests/functional tests/real tests/gate $(PYTEST_ARGS)
 
 unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
