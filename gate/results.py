@@ -13,8 +13,10 @@ Verdicts per test:
 
 * ``DEFECT``: passed on stock, not on the plugin (failed, skipped or
   missing): the plugin must pass everything stock passes (issue 11);
-* ``plugin failed``: failed or missing on the plugin where stock did not
-  pass either (for example the project's own scenarios, skipped on stock);
+* ``plugin failed``: one of the project's own tests (skipped on stock)
+  failed or missing on the plugin;
+* ``failed on both``: an upstream test stock does not pass either (listed,
+  not a regression of the plugin);
 * ``ok`` otherwise.
 
 CLI (exit 1 on a DEFECT, a plugin failure, a failed check, or fewer than
@@ -60,12 +62,15 @@ def normalize_check(check: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def verdict(stock: Mapping[str, Any], plugin: Mapping[str, Any]) -> str:
+def verdict(stock: Mapping[str, Any], plugin: Mapping[str, Any],
+            upstream: bool = True) -> str:
     if stock['status'] == 'passed' and plugin['status'] != 'passed':
         return 'DEFECT'
     if plugin['status'] in ('failed', 'missing') \
             and stock['status'] != 'passed':
-        return 'plugin failed'
+        # The project's own tests (skipped on stock) must pass on the
+        # plugin; an upstream test stock fails as well is no regression.
+        return 'failed on both' if upstream else 'plugin failed'
     return 'ok'
 
 
@@ -81,7 +86,8 @@ def compare(stock: Mapping[str, Any], plugin: Mapping[str, Any],
         s = s_tests.get(test_id, _ABSENT)
         p = p_tests.get(test_id, _ABSENT)
         rows.append({'id': test_id, 'stock': s, 'plugin': p,
-                     'verdict': verdict(s, p)})
+                     'verdict': verdict(
+                         s, p, test_id.startswith(UPSTREAM_PREFIX))})
     upstream = [r for r in rows if r['id'].startswith(UPSTREAM_PREFIX)]
     both = sum(1 for r in upstream if r['stock']['status'] == 'passed'
                and r['plugin']['status'] == 'passed')

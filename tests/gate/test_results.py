@@ -47,7 +47,7 @@ def test_compare_verdicts() -> None:
         'tempest.api.a.T.test_skipped_on_plugin']
     assert verdicts['tempest.api.a.T.test_both'] == 'ok'
     assert verdicts['tempest.api.a.T.test_skip_both'] == 'ok'
-    assert verdicts['tempest.api.a.T.test_fail_both'] == 'plugin failed'
+    assert verdicts['tempest.api.a.T.test_fail_both'] == 'failed on both'
     assert verdicts[
         'nova_imgtype.tempest.tests.scenario.t.T.test_own'] == 'ok'
     assert cmp['summary']['upstream_passed_on_both'] == 1
@@ -60,7 +60,6 @@ def test_all_good_but_too_few() -> None:
     cmp = results.compare(STOCK, STOCK, min_passed=40)
     assert cmp['defects'] == []
     assert cmp['summary']['problems'] == [
-        '1 test(s) failed on the plugin',
         'only 4 upstream tests pass on both (at least 40 wanted)']
     ok = results.compare(_run('s', {'tempest.x': P}),
                          _run('p', {'tempest.x': P}), min_passed=1)
@@ -116,3 +115,17 @@ def test_checks_of_gate_checks() -> None:
     md = results.render_md(cmp)
     assert '| traits | pass | compute1: ok |' in md
     assert '| precache | ERROR | KeyError: x |' in md
+
+
+def test_own_tests_must_pass_upstream_failing_on_both_is_listed() -> None:
+    own = 'nova_imgtype.tempest.tests.scenario.t.T.test_own'
+    upstream = 'tempest.api.a.T.test_fail_both'
+    stock = _run('stock', {own: S, upstream: F, 'tempest.x': P})
+    plugin = _run('plugin', {own: F, upstream: F, 'tempest.x': P})
+    cmp = results.compare(stock, plugin, min_passed=1)
+    verdicts = {r['id']: r['verdict'] for r in cmp['tests']}
+    assert verdicts == {own: 'plugin failed', upstream: 'failed on both',
+                        'tempest.x': 'ok'}
+    assert cmp['summary']['problems'] == ['1 test(s) failed on the plugin']
+    plugin = _run('plugin', {own: P, upstream: F, 'tempest.x': P})
+    assert results.compare(stock, plugin, min_passed=1)['summary']['ok']
