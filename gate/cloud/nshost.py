@@ -27,8 +27,6 @@ import sys
 import time
 from types import FrameType
 
-from gate.cloud import proc as P
-
 PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -52,6 +50,16 @@ def _ns_pids() -> list[int]:
     return pids
 
 
+def _reap() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
 def _stop(children: list[subprocess.Popen[bytes]]) -> None:
     """Daemons in reverse order, then whatever is left in the namespace."""
     for child in reversed(children):
@@ -70,9 +78,9 @@ def _stop(children: list[subprocess.Popen[bytes]]) -> None:
                 pass
         deadline = time.monotonic() + pause
         while time.monotonic() < deadline and _ns_pids():
-            P.reap()
+            _reap()
             time.sleep(0.05)
-    P.reap()
+    _reap()
 
 
 def main(spec_path: str) -> int:
@@ -108,7 +116,7 @@ def main(spec_path: str) -> int:
     with open(spec['ready'], 'w') as f:
         f.write('%d\n' % os.getpid())
     while not stopping:
-        P.reap()
+        _reap()
         time.sleep(0.2)
     _stop(children)
     return 0

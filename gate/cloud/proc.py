@@ -241,7 +241,7 @@ def terminate(pids: Iterable[int], grace: float = 10.0,
         send(p, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
-        reap()
+        _reap()
         targets = [p for p in targets if alive(p)]
         if not targets:
             return
@@ -250,12 +250,12 @@ def terminate(pids: Iterable[int], grace: float = 10.0,
         send(p, signal.SIGKILL)
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and any(alive(p) for p in targets):
-        reap()
+        _reap()
         time.sleep(0.1)
 
 
-def reap() -> None:
-    """Reap this process's exited children."""
+def _reap() -> None:
+    """Reap our own exited children (those ``up`` started)."""
     while True:
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)
