@@ -3,7 +3,10 @@
 Run by :mod:`gate.cloud.computes` as::
 
     unshare --mount --uts --propagation private -- \\
-        python -m gate.cloud.nshost SPEC.json
+        python <this file> SPEC.json
+
+by its path, outside the ``gate`` package: it imports nothing but the
+standard library.
 
 It sets the hostname, bind-mounts the host's own directories over the
 shared paths (``/var/lib/nova/instances``, ``/etc/libvirt``, ...), then runs
