@@ -72,8 +72,8 @@ bench: venv
 	$(PY) -m benchmarks
 
 pep8: venv
-	$(VENV)/bin/ruff check nova_imgtype nova tests benchmarks
-	$(VENV)/bin/mypy nova_imgtype
+	$(VENV)/bin/ruff check nova_imgtype nova tests benchmarks gate
+	$(VENV)/bin/mypy nova_imgtype gate
 
 genconfig: venv
 	$(VENV)/bin/oslo-config-generator --config-file etc/oslo-config-generator/nova-imgtype.conf

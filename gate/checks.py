@@ -21,6 +21,11 @@ namespaces: ``qemu-img``, ``virsh``, the image cache) and at placement:
     computes (separate storage) is read back after it: files into the pools
     host, and a pool volume to the host without pools (reverted, then
     confirmed).
+``live-migration``
+    A running pool instance live-migrates (block migration, no shared
+    storage, no SSH) to the host without pools, where its disk becomes a
+    file, and back into the pool; its marker reads back after each move and
+    nothing of it is left on the host it left.
 
 CLI: ``python -m gate.checks --cloud <base>/cloud.json`` prints one line
 per check and writes ``<base>/checks.json``; exit 1 if any failed.
@@ -126,7 +131,12 @@ def _disk(cloud: Cloud, server: Any) -> tuple[Mapping[str, Any], str, str]:
         path = _run([*virsh, 'vol-path', '--pool', source.get('pool', ''),
                      source.get('volume', '')]).strip()
         return c, path, 'volume'
-    return c, source.get('file', ''), 'file'
+    path = source.get('file', '')
+    # A volume named by its path (a live-migrated guest, until its next
+    # start): libvirt knows the path as a volume of one of its pools.
+    by_path = subprocess.run([*virsh, 'vol-name', path], capture_output=True,
+                             text=True, check=False)
+    return c, path, 'volume' if by_path.returncode == 0 else 'file'
 
 
 def _chain(c: Mapping[str, Any], path: str) -> list[dict[str, Any]]:
@@ -302,6 +312,72 @@ def check_pools_to_files(cloud: Cloud, conn: Any,
                                        from_pools=True))
 
 
+def _left_on(cloud: Cloud, host: str, server: Any) -> list[str]:
+    """What of the server is still on ``host``: its instance directory and
+    its volumes in the dir pool's directory."""
+    root = _compute(cloud, host)['host_instances_path']
+    left = [p for p in (os.path.join(root, server.id),)
+            if os.path.exists(p)]
+    disks = os.path.join(root, 'disks')
+    if os.path.isdir(disks):
+        left += [os.path.join(disks, n) for n in sorted(os.listdir(disks))
+                 if n.startswith(server.id + '_')]
+    return left
+
+
+def _live_migrate(cloud: Cloud, conn: Any, server: Any, to: str,
+                  marker: bytes, want: str) -> tuple[Any, str]:
+    """Live block migration of a running server to ``to``: its marker reads
+    back from a ``want`` disk there, and nothing of it stays behind."""
+    server = conn.compute.get_server(server.id)
+    source = _host_of(server)
+    conn.compute.live_migrate_server(server, host=to, block_migration='auto')
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        server = _wait(conn, server, 'ACTIVE')
+        if _host_of(server) != source or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    if _host_of(server) != to:
+        raise CheckFailed('live migration of %s from %s: on %s, not %s' % (
+            server.id, source, _host_of(server), to))
+    c, path, kind = _disk(cloud, server)
+    got = image.read_marker(path, len(marker), argv_prefix=c['nsenter'])
+    if kind != want or got != marker:
+        raise CheckFailed('after the live migration %s -> %s: a %s disk %s '
+                          'reading %r (wanted a %s disk reading %r)' % (
+                              source, to, kind, path, got, want, marker))
+    left = _left_on(cloud, source, server)
+    if left:
+        raise CheckFailed('after the live migration %s -> %s, left on %s: '
+                          '%s' % (source, to, source, ', '.join(left)))
+    return server, '%s -> %s: marker read back from the %s %s' % (
+        source, to, kind, os.path.basename(path))
+
+
+def check_live_migration(cloud: Cloud, conn: Any,
+                         res: Mapping[str, Any]) -> str:
+    # A running pool instance (a qcow2 overlay volume) to the host without
+    # pools, where it becomes a file; back, into the pool again.
+    pools_host, files_host = _hosts(cloud)
+    server = _boot(conn, res, 'qcow2', pools_host)
+    try:
+        conn.compute.stop_server(server)
+        server = _wait(conn, server, 'SHUTOFF')
+        c, path, _ = _disk(cloud, server)
+        marker = MARKER + uuid.uuid4().hex[:6].encode()
+        image.write_marker(path, marker, argv_prefix=c['nsenter'])
+        conn.compute.start_server(server)
+        server = _wait(conn, server, 'ACTIVE')
+        server, there = _live_migrate(cloud, conn, server, files_host,
+                                      marker, 'file')
+        server, back = _live_migrate(cloud, conn, server, pools_host,
+                                     marker, 'volume')
+        return '%s; %s' % (there, back)
+    finally:
+        conn.compute.delete_server(server)
+
+
 CHECKS: dict[str, Callable[[Cloud, Any, Mapping[str, Any]], str]] = {
     'traits': check_traits,
     'precache': check_precache,
@@ -310,6 +386,7 @@ CHECKS: dict[str, Callable[[Cloud, Any, Mapping[str, Any]], str]] = {
     'cold-migration': check_cold_migration,
     'resize-revert': check_resize_revert,
     'pools-to-files': check_pools_to_files,
+    'live-migration': check_live_migration,
 }
 
 

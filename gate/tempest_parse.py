@@ -15,8 +15,8 @@ import re
 from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Mapping
-from typing import IO
 from typing import Any
+from typing import Protocol
 
 import subunit
 import testtools
@@ -83,7 +83,13 @@ def event_result(test: Mapping[str, Any]) -> tuple[str, Result] | None:
     }
 
 
-def read_stream(stream: IO[bytes],
+class ByteSource(Protocol):
+    """What :func:`read_stream` reads: a file, or anything with ``read``."""
+
+    def read(self, n: int = -1) -> bytes: ...
+
+
+def read_stream(stream: ByteSource,
                 on_result: Callable[[str, Result], None] | None = None
                 ) -> dict[str, Result]:
     """Every test end in a subunit v2 byte stream, by base id (a test

@@ -76,6 +76,10 @@ class VolumeExists(StorageException):
                 "it is not overwritten")
 
 
+class VolumeNotFound(StorageException):
+    msg_fmt = _("Volume %(volume)s not found in storage pool %(pool)s")
+
+
 class VolumeCreateFailed(StorageException):
     msg_fmt = _("Creating volume %(volume)s in storage pool %(pool)s "
                 "failed: %(reason)s")

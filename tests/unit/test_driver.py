@@ -421,12 +421,30 @@ def test_pool_instance_disks_are_volumes_and_go_with_it(make_driver,
     assert len(list(drv._pools.volumes(disks, other.uuid))) == 2
 
 
-def test_pool_instances_refuse_live_migration(make_driver):
-    drv = make_driver()
+def test_pool_instances_on_dir_pools_may_live_migrate(make_driver,
+                                                      test_pools):
+    drv = test_pools(make_driver(use_storage_pools=True))
+    with mock.patch.object(STOCK, 'init_host'):
+        drv.init_host('host1')
     inst = _instance(imgtype_backend='qcow2', imgtype_storage='pools')
-    with mock.patch.object(STOCK, 'check_can_live_migrate_source') as lv:
+    with mock.patch.object(STOCK, 'check_can_live_migrate_source',
+                           return_value='checked') as lv:
+        assert drv.check_can_live_migrate_source(None, inst, None) == \
+            'checked'
+    lv.assert_called_once()
+
+
+def test_pool_instances_on_logical_pools_refuse_live_migration(
+        make_driver, test_pools):
+    drv = test_pools(make_driver(use_storage_pools=True))
+    inst = _instance(imgtype_backend='lvm', imgtype_storage='pools',
+                     imgtype_pool='nova-disks-pool-logical')
+    with mock.patch.object(drv, '_instance_pool'), \
+            mock.patch('nova_imgtype.virt.libvirt.pools.pool_type',
+                       return_value='logical'), \
+            mock.patch.object(STOCK, 'check_can_live_migrate_source') as lv:
         with pytest.raises(nova_exception.MigrationPreCheckError,
-                           match=inst.uuid):
+                           match='logical pools.*' + inst.uuid):
             drv.check_can_live_migrate_source(None, inst, None)
     lv.assert_not_called()
 

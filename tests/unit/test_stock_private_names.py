@@ -34,6 +34,8 @@ STOCK_PRIVATE = {
     'nova.virt.libvirt.driver:LibvirtDriver._is_booted_from_volume',
     'nova.virt.libvirt.driver:LibvirtDriver._is_path_shared_with',
     'nova.virt.libvirt.driver:LibvirtDriver._is_shared_block_storage',
+    'nova.virt.libvirt.driver:LibvirtDriver._live_migration_copy_disk_paths',
+    'nova.virt.libvirt.driver:LibvirtDriver._live_migration_operation',
     'nova.virt.libvirt.driver:LibvirtDriver._remotefs',
     'nova.virt.libvirt.driver:LibvirtDriver._resume_guest_after_snapshot',
     'nova.virt.libvirt.driver:LibvirtDriver._suspend_guest_for_snapshot',

@@ -393,6 +393,12 @@ class StoragePools:
                           backing=(backing_path, backing_format))
         return self._create(pool, name, lambda: pool.createXML(xml, 0))
 
+    def create_empty(self, pool: Pool, name: str, fmt: str,
+                     capacity: int) -> Volume:
+        """An empty sparse volume (for data a copy fills in)."""
+        xml = _volume_xml(name, fmt, capacity)
+        return self._create(pool, name, lambda: pool.createXML(xml, 0))
+
     def copy(self, pool: Pool, name: str, source: Volume, fmt: str,
              capacity: int, preallocate: bool = False) -> Volume:
         """A full copy of ``source`` in format ``fmt``, grown to capacity.

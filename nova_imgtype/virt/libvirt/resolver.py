@@ -13,10 +13,14 @@ stock Nova: they follow ``images_type`` of the moment.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
+from collections.abc import Iterator
 
 from nova import objects
 from oslo_config import cfg
+from oslo_serialization import jsonutils
 
 from nova_imgtype import exception
 from nova_imgtype.virt.libvirt import backends
@@ -34,11 +38,20 @@ SYSMETA_STORAGE = 'imgtype_storage'
 #: System metadata key: the storage pool holding a pool instance's disks,
 #: recorded so that a later change of images_type never re-points them.
 SYSMETA_POOL = 'imgtype_pool'
+#: System metadata key: where the disks of an instance being live-migrated
+#: are made on the destination, written by the destination before the
+#: migration, read by the source to write the guest XML it sends there, and
+#: dropped by the destination when the migration ends.
+SYSMETA_ARRIVAL = 'imgtype_live_migration_arrival'
 POOLS = 'pools'
 LEGACY = 'legacy'
 #: Backends that storage pools implement: dir pools for the file formats,
 #: a logical pool for lvm, an rbd pool for rbd.
 POOL_BACKENDS = frozenset(pools_mod.POOL_TYPES)
+#: Backends whose disks are files, or volumes of a dir pool: a live block
+#: migration moves them between the two (the data are copied by libvirt).
+FILE_BACKENDS = frozenset(b for b, t in pools_mod.POOL_TYPES.items()
+                          if t == 'dir')
 #: The LibvirtStorage backend's own name: mapped, it means "this format,
 #: natively, on storage pools" whatever use_storage_pools says.
 STORAGE_BACKEND = 'libvirt_storage'
@@ -73,6 +86,11 @@ class FormatPlan:
     converted: bool
     mapped: bool
     storage: str = LEGACY
+
+
+#: A decision assumed, in this thread, for one instance (uuid, decision).
+_ASSUMED: contextvars.ContextVar[tuple[str, BackendDecision] | None] = (
+    contextvars.ContextVar('nova_imgtype_assumed_decision', default=None))
 
 
 class BackendResolver:
@@ -190,7 +208,13 @@ class BackendResolver:
 
     @staticmethod
     def recorded(instance: objects.Instance) -> BackendDecision | None:
-        """The recorded decision, or None for an instance from before us."""
+        """The recorded decision, or None for an instance from before us.
+
+        Within :meth:`assume` for this instance: the assumed decision.
+        """
+        assumed = _ASSUMED.get()
+        if assumed is not None and assumed[0] == instance.uuid:
+            return assumed[1]
         sysmeta = instance.system_metadata
         backend = sysmeta.get(SYSMETA_BACKEND)
         if not backend:
@@ -216,6 +240,64 @@ class BackendResolver:
         else:
             instance.system_metadata.pop(SYSMETA_POOL, None)
 
+    @staticmethod
+    @contextlib.contextmanager
+    def assume(instance: objects.Instance,
+               decision: BackendDecision) -> Iterator[None]:
+        """Within the block, in this thread only, the instance's decision
+        is ``decision`` (nothing is recorded): the disks a destination makes
+        for an instance that is not there yet, and removes if it never
+        comes."""
+        token = _ASSUMED.set((instance.uuid, decision))
+        try:
+            yield
+        finally:
+            _ASSUMED.reset(token)
+
+    def arrival(self, decision: BackendDecision) -> BackendDecision:
+        """Where this host makes the disks of an instance arriving by a
+        live block migration.
+
+        Disks of the file backends (qcow2, raw, flat) are volumes of this
+        host's dir pool when it has storage pools and files in the instance
+        directory when it has none, whatever they were on the source: the
+        copy libvirt makes moves them (a legacy instance moves into the
+        pools, as the spec wants). Other backends stay as they are.
+        """
+        if decision.backend not in FILE_BACKENDS:
+            return decision
+        return self.with_storage(decision, self.storage_for(decision.backend))
+
+    @staticmethod
+    def record_arrival(instance: objects.Instance, host: str,
+                       decision: BackendDecision, directory: str) -> None:
+        """Record where ``host`` makes the instance's disks for a live
+        migration: ``decision`` there, the disks in ``directory`` (the
+        caller saves the instance)."""
+        instance.system_metadata[SYSMETA_ARRIVAL] = jsonutils.dumps(
+            {'host': host, 'storage': decision.storage,
+             'pool': decision.pool, 'directory': directory})
+
+    @staticmethod
+    def recorded_arrival(instance: objects.Instance,
+                         host: str) -> tuple[str, str] | None:
+        """(storage, directory) recorded by :meth:`record_arrival` for
+        ``host``; None if ``host`` recorded nothing (it does not run
+        nova-imgtype, or the migration never reached it)."""
+        raw = instance.system_metadata.get(SYSMETA_ARRIVAL)
+        if not raw:
+            return None
+        arrival = jsonutils.loads(raw)
+        if arrival.get('host') != host:
+            return None
+        return arrival['storage'], arrival['directory']
+
+    @staticmethod
+    def drop_arrival(instance: objects.Instance) -> bool:
+        """Forget the arrival record (the caller saves the instance if this
+        returns True)."""
+        return instance.system_metadata.pop(SYSMETA_ARRIVAL, None) is not None
+
     def decision_for(self, instance: objects.Instance) -> BackendDecision:
         """The instance's decision: recorded, or stock's for legacy ones."""
         return self.recorded(instance) or BackendDecision(
@@ -225,15 +307,20 @@ class BackendResolver:
         """The name of the backend the instance's disks are on."""
         return self.decision_for(instance).backend
 
-    def ensure_served(self, instance: objects.Instance, host: str) -> None:
+    def ensure_served(self, instance: objects.Instance, host: str,
+                      arriving: bool = False) -> None:
         """Refuse an instance whose recorded backend this host can't serve.
 
+        :param arriving: the instance arrives by a live block migration:
+            its disks are what :meth:`arrival` says here.
         :raises BackendNotServedByHost: naming the instance, backend, host and
             the reason.
         """
         decision = self.recorded(instance)
         if decision is None:
             return
+        if arriving:
+            decision = self.arrival(decision)
         try:
             reason = backends.host_support_error(decision.backend,
                                                  self._conf)

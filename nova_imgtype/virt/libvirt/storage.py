@@ -71,8 +71,10 @@ class LibvirtStorage(imagebackend.Image):
         if path is not None:
             self.volume_name = os.path.basename(path)
         else:
-            self.volume_name = pools_mod.volume_name(instance.uuid,
-                                                     str(disk_name))
+            # Stock asks for a disk by name or, like its file backends
+            # allow, by its path in the instance directory.
+            self.volume_name = pools_mod.volume_name(
+                instance.uuid, os.path.basename(str(disk_name)))
         pool = pools.get(self.pool_name)
         self.pool_type = pools_mod.pool_type(pool)
         super().__init__(pools_mod.volume_path(pool, self.volume_name),

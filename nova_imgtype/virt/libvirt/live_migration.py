@@ -1,0 +1,180 @@
+"""Live block migration of instances whose disks are, or become, volumes.
+
+Stock Nova's live block migration knows disks as files: the source lists
+them (``get_instance_disk_info``), the destination makes empty ones or
+overlays on the same template under the same paths, and libvirt copies the
+data (``VIR_MIGRATE_NON_SHARED_INC``: only the overlay where a disk has a
+backing file). An instance's disks here are volumes ``{uuid}_{name}`` of a
+dir pool, or files ``<instance dir>/{name}``, and the destination makes them
+where *it* keeps such disks (:meth:`BackendResolver.arrival`). This module
+holds what is independent of a driver:
+
+- :func:`local_disks`: the instance's own disks in its guest XML;
+- :func:`arriving_disk_info`: the source's disk info, renamed as the
+  destination's disks;
+- :func:`destination_xml`: the guest XML with those disks at the
+  destination's volumes or files;
+- :class:`RetargetedGuest`: a guest whose ``migrate`` sends that XML.
+
+The formats never change: a qcow2 overlay stays a qcow2 overlay on the same
+template, a raw disk stays raw.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from typing import Any
+
+from lxml import etree
+
+from nova_imgtype.virt.libvirt import pools as pools_mod
+from nova_imgtype.virt.libvirt import resolver as resolver_mod
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalDisk:
+    """One of an instance's own disks in its guest XML."""
+
+    #: The guest's device name (``vda``).
+    target: str
+    #: The instance's name of the disk (``disk``, ``disk.local``).
+    name: str
+    #: ``volume`` or ``file``.
+    source_type: str
+    #: The pool of a volume ('' for a file).
+    pool: str = ''
+
+
+def disk_name(instance_uuid: str, path_or_volume: str) -> str:
+    """The disk name of a volume ``{uuid}_{name}`` or a file ``.../name``."""
+    base = os.path.basename(path_or_volume)
+    prefix = instance_uuid + '_'
+    return base[len(prefix):] if base.startswith(prefix) else base
+
+
+def local_disks(xml: str, instance_uuid: str,
+                instance_dir: str) -> list[LocalDisk]:
+    """The instance's own writable disks in a domain XML.
+
+    Its volumes (``{uuid}_{name}`` of any pool, by pool or by path) and its
+    files in the instance directory; Cinder volumes, read-only and
+    shareable disks are not the instance's own and are left out, as stock
+    does.
+    """
+    disks = []
+    for dev in etree.fromstring(xml).findall('./devices/disk'):
+        target = dev.find('target')
+        source = dev.find('source')
+        if (target is None or source is None or
+                dev.find('readonly') is not None or
+                dev.find('shareable') is not None):
+            continue
+        kind = dev.get('type')
+        if kind == 'volume':
+            volume = source.get('volume', '')
+            if not volume.startswith(instance_uuid + '_'):
+                continue
+            disks.append(LocalDisk(target.get('dev', ''),
+                                   disk_name(instance_uuid, volume),
+                                   'volume', source.get('pool', '')))
+        elif kind == 'file':
+            # A file of the instance directory, or a volume of a dir pool
+            # named by its path (as a live migration leaves it).
+            path = source.get('file', '')
+            if (os.path.dirname(path) != instance_dir and not
+                    os.path.basename(path).startswith(instance_uuid + '_')):
+                continue
+            disks.append(LocalDisk(target.get('dev', ''),
+                                   disk_name(instance_uuid, path), 'file'))
+    return disks
+
+
+def arriving_disk_info(disk_info: list[dict[str, Any]], instance_uuid: str,
+                       instance_dir: str) -> list[dict[str, Any]]:
+    """The source's disk info (``get_instance_disk_info``) as the disks the
+    destination makes: each ``path`` is ``<instance_dir>/<disk name>``, the
+    name stock's image backends are asked for (a pool backend makes the
+    volume ``{uuid}_{name}`` of it)."""
+    return [dict(info, path=os.path.join(
+        instance_dir, disk_name(instance_uuid, info['path'])))
+        for info in disk_info]
+
+
+def volume_disk_info(vol: Any) -> dict[str, Any]:
+    """A volume as an entry of stock's ``get_instance_disk_info``: type
+    (format), path, virtual and allocated sizes, and the basename of its
+    backing file (the template) when it is an overlay."""
+    root = etree.fromstring(vol.XMLDesc(0))
+    _kind, capacity, allocation = vol.info()
+    fmt = root.find('target/format')
+    return {'type': fmt.get('type') if fmt is not None else 'raw',
+            'path': vol.path(),
+            'virt_disk_size': capacity,
+            'backing_file': os.path.basename(
+                root.findtext('backingStore/path') or ''),
+            'disk_size': allocation,
+            'over_committed_disk_size': max(0, capacity - allocation)}
+
+
+def destination_xml(xml: str, instance_uuid: str, disks: list[LocalDisk],
+                    storage: str, directory: str) -> str:
+    """``xml`` with the instance's own disks where the destination made
+    them: the files ``<directory>/<name>`` of a host without pools, the
+    volumes ``<directory>/{uuid}_{name}`` of its dir pool.
+
+    A volume is named by its path (``<disk type='file'>``): libvirt 9.0
+    refuses an incremental copy to a ``<disk type='volume'>`` ("pre-creation
+    of storage targets for incremental storage migration is not
+    supported"), as it cannot tell that the volume exists. The guest's
+    next start names it by pool and volume again (Nova writes its XML
+    anew).
+
+    :param storage: ``pools`` or ``legacy`` on the destination, and
+    :param directory: where its disks are, as
+        :meth:`BackendResolver.recorded_arrival` returns them.
+    """
+    by_target = {d.target: d for d in disks}
+    root = etree.fromstring(xml)
+    for dev in root.findall('./devices/disk'):
+        target = dev.find('target')
+        disk = by_target.get(target.get('dev', '') if target is not None
+                             else '')
+        if disk is None:
+            continue
+        for child in dev.findall('source') + dev.findall('backingStore'):
+            dev.remove(child)
+        name = (pools_mod.volume_name(instance_uuid, disk.name)
+                if storage == resolver_mod.POOLS else disk.name)
+        dev.set('type', 'file')
+        dev.insert(_source_index(dev), etree.Element(
+            'source', file=os.path.join(directory, name)))
+    return etree.tostring(root, encoding='unicode')
+
+
+def _source_index(dev: Any) -> int:
+    """Where ``<source>`` goes: after ``<driver>``, as libvirt writes it."""
+    for i, child in enumerate(dev):
+        if child.tag == 'driver':
+            return i + 1
+    return 0
+
+
+class RetargetedGuest:
+    """A :class:`nova.virt.libvirt.guest.Guest` whose ``migrate`` sends
+    ``rewrite(xml)`` as the destination XML; everything else is the
+    guest's own."""
+
+    def __init__(self, guest: Any, rewrite: Callable[[str], str]) -> None:
+        self._guest = guest
+        self._rewrite = rewrite
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._guest, name)
+
+    def migrate(self, *args: Any, **kwargs: Any) -> Any:
+        xml = kwargs.get('destination_xml') or self._guest.get_xml_desc(
+            dump_migratable=True)
+        kwargs['destination_xml'] = self._rewrite(xml)
+        return self._guest.migrate(*args, **kwargs)

@@ -1,0 +1,382 @@
+"""Live block migration of instances on pools and files.
+
+The XML and disk-info rewriting is tested on its own; the driver's
+overrides on the embedded test driver's pools (``test:///default``), with
+the stock method each one delegates to mocked: what is asserted is what our
+override made, recorded and handed to stock.
+"""
+
+import threading
+import uuid
+from unittest import mock
+
+import pytest
+from lxml import etree
+from nova import exception as nova_exception
+from nova import objects
+from oslo_serialization import jsonutils
+
+from nova_imgtype.virt.libvirt import live_migration as lm
+from nova_imgtype.virt.libvirt import pools
+from nova_imgtype.virt.libvirt import resolver as resolver_mod
+from tests.unit.test_driver import STOCK
+from tests.unit.test_driver import _instance
+from tests.unit.test_driver import make_driver  # noqa: F401 - fixture
+from tests.unit.test_driver import test_pools  # noqa: F401 - fixture
+
+UUID = '0d5e3d55-86a3-4a34-a0b0-5b0b5d7e3c11'
+DOMAIN = f'''<domain type='kvm'>
+  <name>instance-00000001</name>
+  <metadata>
+    <nova:instance xmlns:nova="http://openstack.org/xmlns/libvirt/nova/1.1">
+      <nova:name>vm</nova:name>
+    </nova:instance>
+  </metadata>
+  <devices>
+    <disk type='volume' device='disk'>
+      <driver name='qemu' type='qcow2' cache='none'/>
+      <source pool='nova-disks-pool' volume='{UUID}_disk' index='2'/>
+      <backingStore type='file' index='3'>
+        <format type='qcow2'/>
+        <source file='/i/_base/abc_qcow2'/>
+      </backingStore>
+      <target dev='vda' bus='virtio'/>
+    </disk>
+    <disk type='file' device='disk'>
+      <driver name='qemu' type='raw'/>
+      <source file='/i/{UUID}/disk.local'/>
+      <target dev='vdb' bus='virtio'/>
+    </disk>
+    <disk type='file' device='cdrom'>
+      <driver name='qemu' type='raw'/>
+      <source file='/i/{UUID}/disk.config'/>
+      <target dev='hda' bus='ide'/>
+      <readonly/>
+    </disk>
+    <disk type='block' device='disk'>
+      <driver name='qemu' type='raw'/>
+      <source dev='/dev/sdx'/>
+      <target dev='vdc' bus='virtio'/>
+      <serial>cinder-volume</serial>
+    </disk>
+    <disk type='volume' device='disk'>
+      <driver name='qemu' type='raw'/>
+      <source pool='nova-disks-pool' volume='another-instance_disk'/>
+      <target dev='vdd' bus='virtio'/>
+    </disk>
+  </devices>
+</domain>'''
+
+
+def _disks_by_target(xml):
+    root = etree.fromstring(xml)
+    return {d.find('target').get('dev'): d
+            for d in root.findall('./devices/disk')}
+
+
+def test_local_disks_are_the_instances_own_writable_disks():
+    disks = lm.local_disks(DOMAIN, UUID, '/i/' + UUID)
+    assert disks == [
+        lm.LocalDisk('vda', 'disk', 'volume', 'nova-disks-pool'),
+        lm.LocalDisk('vdb', 'disk.local', 'file')]
+
+
+def test_destination_xml_puts_the_disks_where_a_host_without_pools_has_them():
+    disks = lm.local_disks(DOMAIN, UUID, '/i/' + UUID)
+    xml = lm.destination_xml(DOMAIN, UUID, disks, resolver_mod.LEGACY,
+                             '/j/' + UUID)
+    got = _disks_by_target(xml)
+    assert got['vda'].get('type') == 'file'
+    assert got['vda'].find('source').attrib == {
+        'file': '/j/%s/disk' % UUID}
+    # libvirt finds the chain of the overlay made there by itself.
+    assert got['vda'].find('backingStore') is None
+    assert got['vda'].find('driver').get('type') == 'qcow2'
+    # <source> stays before <target>, where libvirt writes it.
+    assert [c.tag for c in got['vda']] == ['driver', 'source', 'target']
+    assert got['vdb'].find('source').get('file') == \
+        '/j/%s/disk.local' % UUID
+    # What is not the instance's own disk is as it was.
+    assert got['hda'].find('source').get('file') == '/i/%s/disk.config' % UUID
+    assert got['vdc'].find('source').get('dev') == '/dev/sdx'
+    assert got['vdd'].find('source').get('volume') == 'another-instance_disk'
+    # Nova's metadata keeps its namespace prefix.
+    assert '<nova:name>vm</nova:name>' in xml
+
+
+def test_destination_xml_names_the_volumes_of_the_destinations_pool():
+    disks = lm.local_disks(DOMAIN, UUID, '/i/' + UUID)
+    xml = lm.destination_xml(DOMAIN, UUID, disks, resolver_mod.POOLS,
+                             '/j/disks')
+    got = _disks_by_target(xml)
+    for target, name in (('vda', 'disk'), ('vdb', 'disk.local')):
+        # By path: libvirt 9.0 copies incrementally only to a disk whose
+        # path it finds.
+        assert got[target].get('type') == 'file'
+        assert got[target].find('source').attrib == {
+            'file': '/j/disks/%s_%s' % (UUID, name)}
+    # Such a guest, migrated again, still has them as its own disks.
+    assert [(d.target, d.name) for d in lm.local_disks(
+        xml, UUID, '/j/' + UUID)] == [('vda', 'disk'), ('vdb', 'disk.local')]
+
+
+def test_arriving_disk_info_names_the_disks_as_the_destination_does():
+    infos = [{'path': '/i/disks/%s_disk' % UUID, 'type': 'qcow2',
+              'backing_file': 'abc_qcow2', 'virt_disk_size': 1},
+             {'path': '/i/%s/disk.local' % UUID, 'type': 'raw',
+              'backing_file': '', 'virt_disk_size': 2}]
+    got = lm.arriving_disk_info(infos, UUID, '/j/' + UUID)
+    assert [i['path'] for i in got] == ['/j/%s/disk' % UUID,
+                                         '/j/%s/disk.local' % UUID]
+    assert [i['type'] for i in got] == ['qcow2', 'raw']
+
+
+def test_retargeted_guest_sends_the_rewritten_xml():
+    guest = mock.Mock()
+    wrapped = lm.RetargetedGuest(guest, lambda xml: xml + '<!--there-->')
+    wrapped.migrate('qemu+tcp://h/system', flags=3, destination_xml='<d/>')
+    guest.migrate.assert_called_once_with(
+        'qemu+tcp://h/system', flags=3, destination_xml='<d/><!--there-->')
+    assert wrapped.uuidstr is guest.uuidstr
+
+
+# -- the resolver -----------------------------------------------------------
+
+@pytest.mark.parametrize('pooled,storage,pool', [
+    (True, resolver_mod.POOLS, 'nova-disks-pool'),
+    (False, resolver_mod.LEGACY, '')])
+def test_arrival_follows_the_destinations_storage(conf, pooled, storage,
+                                                  pool):
+    conf.config(group='libvirt', images_type='qcow2',
+                use_storage_pools=pooled)
+    res = resolver_mod.BackendResolver(conf.conf)
+    for came in (resolver_mod.BackendDecision('qcow2', ('qcow2',)),
+                 resolver_mod.BackendDecision('qcow2', ('qcow2',),
+                                              resolver_mod.POOLS,
+                                              'elsewhere-pool')):
+        got = res.arrival(came)
+        assert (got.backend, got.native_formats, got.storage, got.pool) == (
+            'qcow2', ('qcow2',), storage, pool)
+
+
+def test_arrival_keeps_other_backends(conf):
+    conf.config(group='libvirt', images_type='qcow2', use_storage_pools=True)
+    res = resolver_mod.BackendResolver(conf.conf)
+    lvm = resolver_mod.BackendDecision('lvm', ('raw',))
+    assert res.arrival(lvm) == lvm
+
+
+def test_assumed_decision_is_for_this_instance_and_thread_only():
+    inst = _instance(imgtype_backend='flat')
+    other = _instance(imgtype_backend='flat')
+    assumed = resolver_mod.BackendDecision('flat', (), resolver_mod.POOLS,
+                                           'p')
+    seen = []
+    with resolver_mod.BackendResolver.assume(inst, assumed):
+        assert resolver_mod.BackendResolver.recorded(inst) == assumed
+        assert resolver_mod.BackendResolver.recorded(other).storage == \
+            resolver_mod.LEGACY
+        t = threading.Thread(target=lambda: seen.append(
+            resolver_mod.BackendResolver.recorded(inst)))
+        t.start()
+        t.join()
+    assert seen[0].storage == resolver_mod.LEGACY
+    assert resolver_mod.BackendResolver.recorded(inst).storage == \
+        resolver_mod.LEGACY
+
+
+def test_arrival_is_read_for_its_host_only_and_dropped():
+    inst = _instance(imgtype_backend='qcow2')
+    decision = resolver_mod.BackendDecision('qcow2', (), resolver_mod.POOLS,
+                                            'p')
+    resolver_mod.BackendResolver.record_arrival(inst, 'host2', decision,
+                                                '/d')
+    assert resolver_mod.BackendResolver.recorded_arrival(inst,
+                                                         'host3') is None
+    assert resolver_mod.BackendResolver.recorded_arrival(inst, 'host2') == (
+        resolver_mod.POOLS, '/d')
+    assert resolver_mod.BackendResolver.drop_arrival(inst)
+    assert not resolver_mod.BackendResolver.drop_arrival(inst)
+    assert resolver_mod.BackendResolver.recorded_arrival(inst,
+                                                         'host2') is None
+
+
+# -- the driver -------------------------------------------------------------
+
+def _migrate_data(**kw):
+    values = dict(block_migration=True, is_shared_instance_path=False,
+                  is_shared_block_storage=False,
+                  instance_relative_path='')
+    values.update(kw)
+    return objects.LibvirtLiveMigrateData(**values)
+
+
+def _pool_driver(make_driver, test_pools, **flags):  # noqa: F811
+    drv = test_pools(make_driver(**flags))
+    with mock.patch.object(STOCK, 'init_host'):
+        drv.init_host('host1')
+    return drv
+
+
+def test_destination_with_pools_makes_volumes(make_driver,  # noqa: F811
+                                              test_pools):  # noqa: F811
+    drv = _pool_driver(make_driver, test_pools, images_type='qcow2',
+                       use_storage_pools=True)
+    # A legacy flat instance from a host without pools.
+    inst = _instance(imgtype_backend='flat', imgtype_storage='legacy')
+    inst.uuid = str(uuid.uuid4())
+    inst.instance_relative_path = inst.uuid
+    disk_info = jsonutils.dumps([
+        {'path': '/src/%s/disk' % inst.uuid, 'type': 'raw',
+         'backing_file': '', 'virt_disk_size': 1 << 20},
+        {'path': '/src/%s/disk.eph0' % inst.uuid, 'type': 'raw',
+         'backing_file': 'ephemeral_1_abc', 'virt_disk_size': 1 << 30}])
+    seen = {}
+
+    def stock(self, context, instance, bdi, nwinfo, disk_info, md):
+        seen['decision'] = drv._resolver.decision_for(instance)
+        seen['disk_info'] = jsonutils.loads(disk_info)
+        return md
+
+    with mock.patch.object(STOCK, 'pre_live_migration', autospec=True,
+                           side_effect=stock):
+        drv.pre_live_migration(None, inst, None, None, disk_info,
+                               _migrate_data())
+    # Stock made the overlays under the decision this host gives it...
+    assert (seen['decision'].storage, seen['decision'].pool) == (
+        resolver_mod.POOLS, pools.DISKS_POOL)
+    assert [i['path'].rsplit('/', 1)[1] for i in seen['disk_info']] == [
+        'disk.eph0']
+    # ...the empty disk is a volume of the pool, as large as the source's.
+    vol = drv._pools.find_volume(drv._pools.get(pools.DISKS_POOL),
+                                 '%s_disk' % inst.uuid)
+    assert vol is not None and vol.info()[1] == 1 << 20
+    # Nothing recorded as the instance's decision yet; the arrival is.
+    assert drv._resolver.recorded(inst).storage == resolver_mod.LEGACY
+    assert drv._resolver.recorded_arrival(inst, 'host1') == (
+        resolver_mod.POOLS, pools.pool_target(drv._pools.get(
+            pools.DISKS_POOL)))
+    inst.save.assert_called_once()
+
+
+def test_destination_without_pools_makes_files(make_driver):  # noqa: F811
+    drv = make_driver(images_type='flat', use_storage_pools=False)
+    inst = _instance(imgtype_backend='qcow2', imgtype_storage='pools',
+                     imgtype_pool='nova-disks-pool')
+    inst.instance_relative_path = inst.uuid
+    disk_info = jsonutils.dumps([
+        {'path': '/i/disks/%s_disk' % inst.uuid, 'type': 'qcow2',
+         'backing_file': 'abc_qcow2', 'virt_disk_size': 1 << 30}])
+    with mock.patch.object(STOCK, 'pre_live_migration') as stock:
+        drv.pre_live_migration(None, inst, None, None, disk_info,
+                               _migrate_data())
+    infos = jsonutils.loads(stock.call_args.args[4])
+    assert [i['path'] for i in infos] == [
+        '%s/%s/disk' % (drv._resolver._conf.instances_path, inst.uuid)]
+    assert drv._resolver.recorded_arrival(inst, 'host1') == (
+        resolver_mod.LEGACY,
+        '%s/%s' % (drv._resolver._conf.instances_path, inst.uuid))
+
+
+def test_shared_storage_live_migration_is_stocks(make_driver):  # noqa: F811
+    drv = make_driver(images_type='flat', use_storage_pools=False)
+    inst = _instance(imgtype_backend='qcow2', imgtype_storage='legacy')
+    with mock.patch.object(STOCK, 'pre_live_migration') as stock:
+        drv.pre_live_migration(None, inst, None, None, '[]', _migrate_data(
+            is_shared_instance_path=True))
+    assert stock.call_args.args[4] == '[]'
+    inst.save.assert_not_called()
+
+
+def test_source_refuses_a_pool_instance_to_a_host_that_made_nothing(
+        make_driver):  # noqa: F811
+    drv = make_driver(images_type='qcow2', use_storage_pools=False)
+    inst = _instance(imgtype_backend='qcow2', imgtype_storage='pools')
+    with mock.patch.object(objects.Instance, 'get_by_uuid',
+                           return_value=_instance()):
+        with pytest.raises(nova_exception.MigrationError,
+                           match='host2 made no disks'):
+            drv._guest_for_destination(None, inst, 'host2', _migrate_data(),
+                                       mock.Mock())
+
+
+def test_source_sends_the_xml_of_the_destinations_disks(
+        make_driver):  # noqa: F811
+    drv = make_driver(images_type='qcow2', use_storage_pools=False)
+    inst = _instance(imgtype_backend='qcow2', imgtype_storage='pools')
+    inst.uuid = UUID
+    inst.instance_relative_path = UUID
+    fresh = _instance()
+    drv._resolver.record_arrival(fresh, 'host2', resolver_mod.BackendDecision(
+        'qcow2', (), resolver_mod.LEGACY), '/j/' + UUID)
+    guest = mock.Mock()
+    guest.get_xml_desc.return_value = DOMAIN
+    with mock.patch.object(objects.Instance, 'get_by_uuid',
+                           return_value=fresh), \
+            mock.patch('nova.virt.libvirt.utils.get_instance_path',
+                       return_value='/i/' + UUID):
+        sent = drv._guest_for_destination(None, inst, 'host2',
+                                          _migrate_data(), guest)
+    sent.migrate('uri', destination_xml=DOMAIN)
+    xml = guest.migrate.call_args.kwargs['destination_xml']
+    vda = _disks_by_target(xml)['vda']
+    assert vda.get('type') == 'file'
+    assert vda.find('source').get('file') == '/j/%s/disk' % UUID
+
+
+def test_rollback_removes_what_the_destination_made(
+        make_driver, test_pools):  # noqa: F811
+    drv = _pool_driver(make_driver, test_pools, images_type='qcow2',
+                       use_storage_pools=True)
+    inst = _instance(imgtype_backend='flat', imgtype_storage='legacy')
+    disks = drv._pools.get(pools.DISKS_POOL)
+    drv._pools.create_empty(disks, '%s_disk' % inst.uuid, 'raw', 1 << 20)
+    fresh = _instance()
+    drv._resolver.record_arrival(fresh, 'host1', drv._resolver.arrival(
+        drv._resolver.recorded(inst)), '/d')
+    seen = []
+
+    def stock(self, context, instance, *args, **kwargs):
+        seen.append(drv._resolver.decision_for(instance))
+        drv._cleanup(context, instance, None, cleanup_instance_disks=True)
+
+    with mock.patch.object(STOCK, 'rollback_live_migration_at_destination',
+                           autospec=True, side_effect=stock), \
+            mock.patch.object(STOCK, '_cleanup'), \
+            mock.patch.object(objects.Instance, 'get_by_uuid',
+                              return_value=fresh):
+        drv.rollback_live_migration_at_destination(
+            None, inst, None, None, destroy_disks=True,
+            migrate_data=_migrate_data())
+    assert seen[0].storage == resolver_mod.POOLS
+    assert drv._pools.find_volume(disks, '%s_disk' % inst.uuid) is None
+    # The arrival record is gone, the instance's own is as it was.
+    assert resolver_mod.SYSMETA_ARRIVAL not in fresh.system_metadata
+    fresh.save.assert_called_once()
+    assert drv._resolver.recorded(inst).storage == resolver_mod.LEGACY
+
+
+@pytest.mark.parametrize('arrived', [True, False])
+def test_arrived_instance_records_where_its_disks_are(
+        make_driver, arrived):  # noqa: F811
+    drv = make_driver(images_type='flat', use_storage_pools=False)
+    inst = _instance(imgtype_backend='qcow2', imgtype_storage='pools',
+                     imgtype_pool='nova-disks-pool',
+                     imgtype_native_formats='qcow2')
+    fresh = _instance()
+    if arrived:
+        drv._resolver.record_arrival(fresh, 'host1', drv._resolver.arrival(
+            drv._resolver.recorded(inst)), '/d')
+    with mock.patch.object(STOCK, 'post_live_migration_at_destination'), \
+            mock.patch.object(objects.Instance, 'get_by_uuid',
+                              return_value=fresh):
+        drv.post_live_migration_at_destination(None, inst, None, None, None)
+    got = drv._resolver.recorded(inst)
+    if arrived:
+        assert (got.backend, got.native_formats, got.storage, got.pool) == (
+            'qcow2', ('qcow2',), resolver_mod.LEGACY, '')
+        assert resolver_mod.SYSMETA_ARRIVAL not in fresh.system_metadata
+    else:
+        # Shared storage: nothing was made here, nothing changes.
+        assert (got.storage, got.pool) == (resolver_mod.POOLS,
+                                           'nova-disks-pool')
