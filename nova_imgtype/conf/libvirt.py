@@ -77,16 +77,20 @@ each instance (system metadata ``imgtype_storage``, ``imgtype_pool``) and
 kept for its life, whatever this option or ``images_type`` say later.
 
 Existing (legacy) instances keep working; their disks move into the pools
-on their next hard reboot, resize, cold migration or unshelve, and
-nova-compute logs at start how many remain. Instances on pools are not live
-migrated (refused with a clear error); their snapshots are cold.
+on their next hard reboot, resize, cold migration, live block migration or
+unshelve, and nova-compute logs at start how many remain. Instances on dir
+pools live-migrate (block migration: the destination makes their disks in
+its own pool, or as files when it has none, and libvirt copies the data);
+those on logical and rbd pools do not (refused with a clear error). Their
+snapshots are cold.
 
 Possible values:
 
 * True (default): new instances of the raw, flat, qcow2, lvm and rbd
   backends on libvirt storage pools.
 * False: stock image backends for new instances; instances already on
-  pools stay there, and this host takes no instance on pools by a move.
+  pools stay there, and an instance on pools that moves here (resize, cold
+  or live migration) gets its disks as files of its backend.
 
 Related options:
 

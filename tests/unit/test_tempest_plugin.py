@@ -252,20 +252,36 @@ def test_job_configures_the_scheduler():
     ]
 
 
-def test_job_computes_use_different_mappings():
+def _job_computes():
     job = _job()
     controller = job['vars']['devstack_local_conf']['post-config'][
         '$NOVA_CPU_CONF']
     subnode = job['group-vars']['subnode']['devstack_local_conf'][
         'post-config']['$NOVA_CPU_CONF']
-    for compute in (controller, subnode):
-        assert compute['DEFAULT']['compute_driver'] == 'imgtype.LibvirtDriver'
-        # no host converts (and so supports) vhdx
-        assert compute['DEFAULT']['force_raw_images'] is False
-    assert controller['libvirt']['images_type'] == 'qcow2'
-    assert controller['libvirt']['images_type_mapping'] == 'qcow2:qcow2'
-    assert subnode['libvirt']['images_type'] in ('raw', 'flat')
-    assert subnode['libvirt']['images_type_mapping'] == 'raw:flat'
+    return controller, subnode
+
+
+def test_job_computes_are_the_gates():
+    """The job's two computes are configured as ``make gate``'s (the
+    controller as compute1, the subnode as compute2): same driver,
+    backends, mapping and storage pools, and force_raw_images at its
+    default in both."""
+    from gate.cloud import layout
+    for compute, gate_compute in zip(_job_computes(), layout.COMPUTES,
+                                     strict=True):
+        assert compute['DEFAULT'] == {
+            'compute_driver': layout.PLUGIN_DRIVER}
+        assert compute['libvirt'] == {
+            'images_type': gate_compute.images_type,
+            'images_type_mapping': gate_compute.mapping,
+            'use_storage_pools': gate_compute.pools}
+
+
+def test_job_runs_the_gates_tempest_selection():
+    variables = _job()['vars']
+    assert variables['tempest_test_include_list'].endswith(
+        '/gate/tempest-selection.txt')
+    assert (ROOT / 'gate' / 'tempest-selection.txt').is_file()
 
 
 @pytest.mark.parametrize('node', ['controller', 'subnode'])
@@ -280,7 +296,6 @@ def test_job_computes_report_what_the_scenarios_expect(conf, node):
     else:
         local_conf = job['group-vars']['subnode']['devstack_local_conf']
     compute = local_conf['post-config']['$NOVA_CPU_CONF']
-    conf.config(force_raw_images=compute['DEFAULT']['force_raw_images'])
     conf.config(group='libvirt', **compute['libvirt'])
     resolver = resolver_mod.BackendResolver(nova.conf.CONF)
     resolver.check_host()
@@ -297,5 +312,6 @@ def test_job_tempest_config_enables_the_scenarios():
         '$TEMPEST_CONFIG']
     assert tempest_conf['imgtype-feature-enabled'] == {
         'image_type_scheduling': True}
-    assert tempest_conf['imgtype']['unsupported_disk_format'] == 'vhdx'
+    # As the gate chooses it for computes that convert vhdx.
+    assert tempest_conf['imgtype']['unsupported_disk_format'] == 'ploop'
     assert tempest_conf['compute']['min_compute_nodes'] == 2
