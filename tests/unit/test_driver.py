@@ -140,6 +140,24 @@ def test_spawn_boot_from_volume_records_images_type(make_driver):
     assert inst.system_metadata['imgtype_native_formats'] == ''
 
 
+def test_rescheduled_build_decides_again_on_the_new_host(make_driver):
+    """Issue 12, defect 3: the first host recorded its decision (a pool of
+    its own, lvm) before the build failed there; this host has no volume
+    group and no such pool, and decides for itself."""
+    drv = make_driver(images_type='flat', images_type_mapping='qcow2:qcow2',
+                      use_storage_pools=False, images_volume_group=None)
+    inst = _instance(vm_state=vm_states.BUILDING, imgtype_backend='lvm',
+                     imgtype_native_formats='raw', imgtype_storage='pools',
+                     imgtype_pool='nova-disks-pool-logical')
+    meta = objects.ImageMeta.from_dict({'disk_format': 'qcow2'})
+    with mock.patch.object(STOCK, 'spawn') as stock_spawn:
+        drv.spawn(None, inst, meta, [], None, {})
+    stock_spawn.assert_called_once()
+    assert drv._resolver.recorded(inst) == drv._resolver.decide('qcow2')
+    assert 'imgtype_pool' not in inst.system_metadata
+    inst.save.assert_called_once_with()
+
+
 def test_rebuild_keeps_record_and_refuses_unserved_backend(make_driver):
     drv = make_driver(images_type='qcow2', images_volume_group=None)
     inst = _instance(imgtype_backend='lvm', imgtype_native_formats='raw')

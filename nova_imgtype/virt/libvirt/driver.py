@@ -171,7 +171,10 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
               admin_password: Any, allocations: Any, network_info: Any = None,
               block_device_info: Any = None, power_on: bool = True,
               accel_info: Any = None) -> None:
-        if self._resolver.recorded(instance) is None:
+        # A build (the first host's, or a reschedule's) decides on this
+        # host; a rebuild, evacuation or unshelve keeps the record.
+        if (self._resolver.recorded(instance) is None or
+                instance.vm_state == vm_states.BUILDING):
             booted_from_volume = self._is_booted_from_volume(
                 block_device_info)
             disk_format = (None if booted_from_volume
