@@ -391,17 +391,28 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                  destroy_vifs: bool = True, cleanup_instance_dir: bool = False,
                  cleanup_instance_disks: bool = False,
                  destroy_secrets: bool = True) -> None:
-        # Stock removes lvm and rbd disks only when the *host* is on lvm or
-        # rbd; an instance on one of those by the mapping needs it too.
         decision = self._resolver.decision_for(instance)
-        backend = decision.backend
-        if cleanup_instance_disks and decision.storage == resolver_mod.POOLS:
-            self._delete_pool_volumes(instance)
-        elif cleanup_instance_disks and backend != CONF.libvirt.images_type:
-            if backend == 'lvm':
-                self._cleanup_lvm(instance, block_device_info)
-            elif backend == 'rbd':
-                self._cleanup_rbd(instance)
+        failed: Exception | None = None
+        if (cleanup_instance_disks and
+                decision.storage != resolver_mod.POOLS and
+                decision.backend != CONF.libvirt.images_type and
+                decision.backend in ('lvm', 'rbd')):
+            # Stock removes lvm and rbd disks only when the *host* is on
+            # lvm or rbd; an instance on one of those by the mapping needs
+            # it too, while its domain is still defined (encrypted lvm
+            # disks are found through it), as stock does.
+            try:
+                if decision.backend == 'lvm':
+                    self._cleanup_lvm(instance, block_device_info)
+                else:
+                    self._cleanup_rbd(instance)
+            except Exception as e:  # noqa: BLE001 - raised after stock's
+                LOG.error('Failed to remove the %(backend)s disks: %(e)s',
+                          {'backend': decision.backend, 'e': e},
+                          instance=instance)
+                failed = e
+        # Stock's cleanup always runs (VIFs, volume connections, the
+        # instance directory, the domain), whatever our storage says.
         with self.image_backend.scope(instance):
             super()._cleanup(
                 context, instance, network_info,
@@ -410,6 +421,11 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                 cleanup_instance_dir=cleanup_instance_dir,
                 cleanup_instance_disks=cleanup_instance_disks,
                 destroy_secrets=destroy_secrets)
+        if cleanup_instance_disks and decision.storage == resolver_mod.POOLS:
+            # The domain is gone: nothing uses the volumes any more.
+            self._delete_pool_volumes(instance)
+        if failed is not None:
+            raise failed
 
     def _storage_connection(self) -> Any:
         """The libvirt connection that storage pools are managed on: the

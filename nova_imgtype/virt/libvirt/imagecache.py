@@ -113,6 +113,13 @@ class ImageCacheManager(imagecache.ImageCacheManager):
             exists, age = self._get_age_of_file(base_file)
             if exists and age >= maxage:
                 LOG.info('Removing unused template %s', base_file)
-                self._handler.remove_image(base_file)
+                try:
+                    self._handler.remove_image(base_file)
+                except Exception as e:  # noqa: BLE001 - as stock's OSError
+                    # One template that cannot go must not stop the pass
+                    # (stock logs its failed os.remove and goes on).
+                    LOG.error('Failed to remove template %(file)s, error '
+                              'was %(error)s',
+                              {'file': base_file, 'error': e})
 
         remove()
