@@ -98,6 +98,11 @@ class UnknownTemplateImageHandler(ImgtypeException, nova_exception.Invalid):
                 'registered handlers: %(known)s')
 
 
+class TemplateImageHandlerLoadFailed(ImgtypeException):
+    msg_fmt = _('[image_cache]template_image_handler %(name)r is registered '
+                'but could not be loaded: %(reason)s')
+
+
 class LinkedTemplateUnsafe(ImgtypeException, nova_exception.Invalid):
     """A backend that copies templates as files met a linked template."""
 

@@ -42,8 +42,10 @@ def test_pool_volumes_go_after_the_domain(make_driver):  # noqa: F811
     drv = make_driver(images_type='qcow2')
     inst = _instance(imgtype_backend='qcow2', imgtype_storage='pools')
     calls = []
-    with mock.patch.object(STOCK, '_cleanup',
-                           side_effect=lambda *a, **k: calls.append('stock')), \
+    def stock(*args, **kwargs):
+        calls.append('stock')
+
+    with mock.patch.object(STOCK, '_cleanup', side_effect=stock), \
             mock.patch.object(drv, '_delete_pool_volumes',
                               side_effect=lambda i: calls.append('volumes')):
         drv._cleanup(None, inst, None, cleanup_instance_disks=True)

@@ -95,6 +95,18 @@ def test_handlers_are_found_by_name_and_unknown_ones_are_named(conf):
         template_handlers.load('copying')
 
 
+def test_a_handler_that_cannot_be_loaded_says_why(conf):
+    """Issue 12, defect 6: a registered handler whose module fails to
+    import is not an "unknown handler"."""
+    with mock.patch('nova_imgtype.virt.libvirt.template_handlers.'
+                    'downloading.DownloadingTemplateImageHandler.__init__',
+                    side_effect=ImportError('No module named os_brick_x')):
+        with pytest.raises(imgtype_exception.TemplateImageHandlerLoadFailed,
+                           match="'downloading' is registered.*"
+                                 "ImportError: No module named os_brick_x"):
+            template_handlers.load('downloading')
+
+
 def test_download_keeps_native_qcow2(glance, cache, tmp_path):
     glance.add(_qcow2(tmp_path), 'qcow2')
     target = str(cache / 'tmpl')

@@ -79,7 +79,8 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
         try:
             self._template_handler = template_handlers.load(
                 CONF.image_cache.template_image_handler)
-        except exception.UnknownTemplateImageHandler as e:
+        except (exception.UnknownTemplateImageHandler,
+                exception.TemplateImageHandlerLoadFailed) as e:
             LOG.error('Refusing to start: %s', e)
             raise
         # For backends that cannot take linked templates (_handler_for).
