@@ -13,13 +13,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from nova import context as nova_context
 from nova import exception as nova_exception
+from nova import objects
 from nova.i18n import _
 from nova.scheduler import request_filter
 from oslo_config import cfg
 from oslo_log import log as logging
 
 import nova_imgtype.conf
+from nova_imgtype import sysmeta
 from nova_imgtype import traits
 
 LOG = logging.getLogger(__name__)
@@ -86,4 +89,52 @@ def image_type_support(ctxt: Any, request_spec: Any) -> bool:
                  if request_spec.image.obj_attr_is_set('id') else '-',
                  'fmt': image_disk_format(request_spec),
                  'traits': ', '.join(sorted(wanted))})
+    return True
+
+
+def recorded_backend(ctxt: Any, request_spec: Any) -> str | None:
+    """The backend recorded with the request's instance when it exists in
+    a cell already (a move: resize, migration, live migration, evacuation,
+    unshelve); None for a new build or an instance from before
+    nova-imgtype."""
+    uuid = (request_spec.instance_uuid
+            if 'instance_uuid' in request_spec else None)
+    if not uuid:
+        return None
+    try:
+        mapping = objects.InstanceMapping.get_by_instance_uuid(ctxt, uuid)
+    except nova_exception.InstanceMappingNotFound:
+        return None
+    if mapping.cell_mapping is None:
+        return None                     # not built yet
+    with nova_context.target_cell(ctxt, mapping.cell_mapping) as cctxt:
+        try:
+            instance = objects.Instance.get_by_uuid(
+                cctxt, uuid, expected_attrs=['system_metadata'])
+        except nova_exception.InstanceNotFound:
+            return None
+    backend: str | None = instance.system_metadata.get(sysmeta.BACKEND)
+    return backend or None
+
+
+@request_filter.trace_request_filter
+def instance_backend(ctxt: Any, request_spec: Any) -> bool:
+    """Move an instance only to hosts that serve its recorded backend.
+
+    Each compute running nova-imgtype reports one
+    ``CUSTOM_IMGTYPE_BACKEND_<NAME>`` trait per backend it can serve; a
+    host without nova-imgtype reports none and would treat the instance's
+    disks as its own ``images_type``. Always on where nova-imgtype's
+    request filters are loaded: it keeps disks from being lost, whatever
+    ``[scheduler]filter_hosts_by_image_type_support`` says.
+    """
+    backend = recorded_backend(ctxt, request_spec)
+    if backend is None:
+        return False
+    trait = traits.backend_trait(backend)
+    request_spec.root_required.add(trait)
+    LOG.info('Instance %(uuid)s is on image backend %(backend)s: only hosts '
+             'with %(trait)s (instance_backend request filter)',
+             {'uuid': request_spec.instance_uuid, 'backend': backend,
+              'trait': trait})
     return True

@@ -103,3 +103,41 @@ class RefusedMoveTest(base.ImgtypeServersTestBase):
                                         '_resize'))
         self.assertIn('destination host compute2 cannot serve image '
                       'backend hostbound', server['fault']['message'])
+
+    def test_scheduler_never_chooses_a_host_without_the_backend(
+            self) -> None:
+        """Issue 12, defect 2: with nova-imgtype's request filters loaded,
+        a move asks placement for the instance's recorded backend, so the
+        host that cannot serve it (here: no such backend; in a mixed fleet:
+        no nova-imgtype, no backend trait at all) is never chosen and
+        nothing is touched."""
+        self.enable_image_type_filter()
+        self.start_compute('compute1', images_type='flat',
+                           images_type_mapping='qcow2:hostbound')
+        self.start_compute('compute2', images_type='flat')
+        image = self.create_image('qcow2', size_mb=4)
+        server = self.boot_server(image['id'], host='compute1')
+        disk = self.instance_path(server, 'disk')
+        before = base.qemu_img_info(disk)
+
+        with self.on_compute('compute2'):
+            # Not named: the scheduler chooses, and finds no host.
+            self.assertRaises(client.OpenStackApiException,
+                              self.admin_api.post_server_action,
+                              server['id'], {'migrate': None})
+        server = self.admin_api.get_server(server['id'])
+        self.assertEqual('ACTIVE', server['status'])
+        self.assertEqual('compute1', server['OS-EXT-SRV-ATTR:host'])
+        self.assertEqual(before, base.qemu_img_info(disk))
+        self.assertFalse(os.path.exists(self.instance_path(server) +
+                                        '_resize'))
+        # The prep_resize of compute2 never ran: no refusal of its own.
+        self.assertNotIn('fault', server)
+
+    def test_builds_are_not_asked_for_a_backend(self) -> None:
+        """A new build has no recorded backend: the filter adds nothing."""
+        self.enable_image_type_filter()
+        self.start_compute('compute2', images_type='flat')
+        image = self.create_image('qcow2', size_mb=4)
+        server = self.boot_server(image['id'])
+        self.assertEqual('compute2', server['OS-EXT-SRV-ATTR:host'])

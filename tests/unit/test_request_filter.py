@@ -129,7 +129,8 @@ def test_stock_scheduler_loads_it_through_available_filters(stock_filters):
         ['nova.scheduler.filters.all_filters',
          'nova_imgtype.scheduler.filters.all_filters'])
     assert filters.ImageTypeSupportFilter in classes
-    assert stock_filters == before + [request_filters.image_type_support]
+    assert stock_filters == before + [request_filters.image_type_support,
+                                      request_filters.instance_backend]
     # Loaded again (a second HostManager): registered once.
     nova_filters.HostFilterHandler().get_matching_classes(
         ['nova_imgtype.scheduler.filters.all_filters'])
@@ -137,8 +138,52 @@ def test_stock_scheduler_loads_it_through_available_filters(stock_filters):
 
 
 def test_request_filters_come_from_the_entry_point_namespace():
-    assert request_filters.image_type_support in (
-        filters.request_filter_plugins())
+    assert filters.request_filter_plugins() == [
+        request_filters.image_type_support, request_filters.instance_backend]
+
+
+def _move_spec(sysmeta, cell=True):
+    """A request spec of an instance that exists in a cell with sysmeta
+    (a move), with Nova's DB lookups answered."""
+    uuid = '5c2f1d0e-1111-4a4a-8b8b-000000000001'
+    spec = objects.RequestSpec(instance_uuid=uuid, image=objects.ImageMeta())
+    mapping = objects.InstanceMapping(
+        instance_uuid=uuid,
+        cell_mapping=objects.CellMapping(uuid='c', database_connection='x',
+                                         transport_url='y') if cell else None)
+    instance = objects.Instance(uuid=uuid, system_metadata=sysmeta)
+    patches = [
+        mock.patch.object(objects.InstanceMapping, 'get_by_instance_uuid',
+                          return_value=mapping),
+        mock.patch('nova.context.target_cell'),
+        mock.patch.object(objects.Instance, 'get_by_uuid',
+                          return_value=instance),
+    ]
+    return spec, patches
+
+
+@pytest.mark.parametrize('sysmeta,cell,wanted', [
+    # A move of an instance on pools, or on a mapped backend: only hosts
+    # serving it (whatever the image-type toggle says).
+    ({'imgtype_backend': 'qcow2', 'imgtype_storage': 'pools'}, True,
+     {'CUSTOM_IMGTYPE_BACKEND_QCOW2'}),
+    ({'imgtype_backend': 'lvm'}, True, {'CUSTOM_IMGTYPE_BACKEND_LVM'}),
+    # From before nova-imgtype: stock's move.
+    ({}, True, set()),
+    # A build: not in a cell yet.
+    ({'imgtype_backend': 'qcow2'}, False, set()),
+])
+def test_moves_ask_for_the_recorded_backend(conf, sysmeta, cell, wanted):
+    spec, patches = _move_spec(sysmeta, cell)
+    for p in patches:
+        p.start()
+    try:
+        ran = request_filters.instance_backend(mock.sentinel.ctxt, spec)
+    finally:
+        for p in patches:
+            p.stop()
+    assert ran is bool(wanted)
+    assert spec.root_required == wanted
 
 
 @pytest.mark.parametrize('host_traits,passes', [

@@ -23,26 +23,16 @@ from oslo_config import cfg
 from oslo_serialization import jsonutils
 
 from nova_imgtype import exception
+from nova_imgtype import sysmeta
 from nova_imgtype.virt.libvirt import backends
 from nova_imgtype.virt.libvirt import mapping as mapping_mod
 from nova_imgtype.virt.libvirt import pools as pools_mod
 
-#: System metadata key holding the instance's backend name.
-SYSMETA_BACKEND = 'imgtype_backend'
-#: System metadata key holding the disk formats the instance uses without
-#: conversion (comma separated; empty when its images are converted).
-SYSMETA_NATIVE = 'imgtype_native_formats'
-#: System metadata key: 'pools' when the instance's disks are libvirt
-#: storage volumes (LibvirtStorage), 'legacy' for stock image files.
-SYSMETA_STORAGE = 'imgtype_storage'
-#: System metadata key: the storage pool holding a pool instance's disks,
-#: recorded so that a later change of images_type never re-points them.
-SYSMETA_POOL = 'imgtype_pool'
-#: System metadata key: where the disks of an instance being live-migrated
-#: are made on the destination, written by the destination before the
-#: migration, read by the source to write the guest XML it sends there, and
-#: dropped by the destination when the migration ends.
-SYSMETA_ARRIVAL = 'imgtype_live_migration_arrival'
+SYSMETA_BACKEND = sysmeta.BACKEND
+SYSMETA_NATIVE = sysmeta.NATIVE
+SYSMETA_STORAGE = sysmeta.STORAGE
+SYSMETA_POOL = sysmeta.POOL
+SYSMETA_ARRIVAL = sysmeta.ARRIVAL
 POOLS = 'pools'
 LEGACY = 'legacy'
 #: Backends that storage pools implement: dir pools for the file formats,
@@ -215,14 +205,14 @@ class BackendResolver:
         assumed = _ASSUMED.get()
         if assumed is not None and assumed[0] == instance.uuid:
             return assumed[1]
-        sysmeta = instance.system_metadata
-        backend = sysmeta.get(SYSMETA_BACKEND)
+        meta = instance.system_metadata
+        backend = meta.get(SYSMETA_BACKEND)
         if not backend:
             return None
-        native = sysmeta.get(SYSMETA_NATIVE) or ''
-        storage = sysmeta.get(SYSMETA_STORAGE) or LEGACY
+        native = meta.get(SYSMETA_NATIVE) or ''
+        storage = meta.get(SYSMETA_STORAGE) or LEGACY
         # Pool instances recorded before pool names were: nova-disks-pool.
-        pool = (sysmeta.get(SYSMETA_POOL) or pools_mod.DISKS_POOL
+        pool = (meta.get(SYSMETA_POOL) or pools_mod.DISKS_POOL
                 if storage == POOLS else '')
         return BackendDecision(
             backend, tuple(f for f in native.split(',') if f), storage, pool)

@@ -9,6 +9,7 @@ namespace ``nova_imgtype.template_image_handlers`` and chosen by
 from __future__ import annotations
 
 from importlib import metadata
+from typing import Any
 from typing import cast
 
 from stevedore import driver
@@ -19,7 +20,7 @@ from nova_imgtype.virt.libvirt.template_handlers import base
 NAMESPACE = 'nova_imgtype.template_image_handlers'
 
 
-def _reraise(manager: object, entrypoint: object, error: Exception) -> None:
+def _reraise(manager: Any, entrypoint: Any, error: BaseException) -> None:
     """stevedore logs a failed load and goes on; the reason is wanted."""
     raise error
 
