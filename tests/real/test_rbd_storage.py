@@ -167,3 +167,31 @@ def test_failed_template_upload_leaves_nothing(rbd_driver, raw_image,
     inst, disk = _boot_disk(rbd_driver, image_id, 'raw')
     assert disk.exists()
     assert len(ceph_cluster.images()) == 2
+
+
+def test_rbd_volumes_are_shared_block_storage(rbd_driver, raw_image,
+                                              ceph_cluster):
+    """Issue 12, defect 1: every host of the cluster has an rbd pool's
+    volumes. Nova asks the driver before a revert between hosts or when an
+    evacuated instance's source comes back; "not shared" made it call
+    destroy(destroy_disks=True), and the plugin deleted the volumes the
+    instance runs from."""
+    from nova_imgtype.virt.libvirt import storage_rbd
+    image_id, _ = raw_image
+    inst, disk = _boot_disk(rbd_driver, image_id, 'raw')
+    assert isinstance(disk, storage_rbd.RbdStorage)
+    # What the compute manager's _is_instance_storage_shared asks first:
+    # None means shared, no file test with the other host.
+    assert rbd_driver.check_instance_shared_storage_local(None, inst) is None
+    assert rbd_driver.instance_on_disk(inst)
+    dest = objects.LibvirtLiveMigrateData(image_type='flat')
+    assert rbd_driver._is_shared_block_storage(inst, dest)
+    # Volumes of the dir pool of the same host (the mapping's qcow2) are
+    # not shared.
+    other = objects.Instance(uuid=str(uuid.uuid4()), system_metadata={
+        'imgtype_backend': 'qcow2', 'imgtype_storage': 'pools',
+        'imgtype_pool': pools.DISKS_POOL + '-dir'})
+    cls = rbd_driver.image_backend.class_for(
+        rbd_driver._resolver.decision_for(other))
+    assert cls is storage.LibvirtStorage
+    assert not cls.is_shared_block_storage()

@@ -25,10 +25,12 @@ from nova import objects
 from nova.virt.libvirt import imagebackend
 from oslo_config import cfg
 
+from nova_imgtype import exception
 from nova_imgtype.virt.libvirt import backends
 from nova_imgtype.virt.libvirt import pools as pools_mod
 from nova_imgtype.virt.libvirt import resolver as resolver_mod
 from nova_imgtype.virt.libvirt import storage
+from nova_imgtype.virt.libvirt import storage_rbd
 
 _SCOPED_INSTANCE: contextvars.ContextVar[objects.Instance | None] = (
     contextvars.ContextVar('nova_imgtype_scoped_instance', default=None))
@@ -75,9 +77,22 @@ class Backend(imagebackend.Backend):
     def class_for(self, decision: resolver_mod.BackendDecision) -> Any:
         """The image backend class of an instance's root disk."""
         if decision.storage == resolver_mod.POOLS:
-            return storage.LibvirtStorage
+            return self._storage_class(decision.pool)
         return backends.get_class(backends.resolve_name(
             decision.backend, self._conf.use_cow_images))
+
+    def _storage_class(self, pool: str) -> type[storage.LibvirtStorage]:
+        """The storage class of the volumes of ``pool``: shared rbd ones
+        are :class:`~.storage_rbd.RbdStorage`. A pool this host does not
+        have holds nothing here (not shared)."""
+        if self.pools is None:
+            return storage.LibvirtStorage
+        try:
+            kind = pools_mod.pool_type(self.pools.get(pool))
+        except exception.StorageException:
+            return storage.LibvirtStorage
+        return storage_rbd.RbdStorage if kind == 'rbd' else (
+            storage.LibvirtStorage)
 
     def _follows_instance(self, name: str, image_type: str | None) -> bool:
         """Whether stock means "the instance's backend" for this disk."""
@@ -96,7 +111,7 @@ class Backend(imagebackend.Backend):
         decision = self._resolver.decision_for(instance)
         if self._follows_instance(name, image_type):
             if decision.storage == resolver_mod.POOLS:
-                return storage.LibvirtStorage(
+                return self._storage_class(decision.pool)(
                     instance=instance, disk_name=name,
                     disk_info_mapping=disk_info_mapping, pools=self.pools,
                     volume_format=storage.VOLUME_FORMATS[decision.backend],
@@ -104,7 +119,7 @@ class Backend(imagebackend.Backend):
             image_type = decision.backend
         elif (decision.storage == resolver_mod.POOLS and
                 self._raw_volume_on_pool(name, decision.pool)):
-            return storage.LibvirtStorage(
+            return self._storage_class(decision.pool)(
                 instance=instance, disk_name=name,
                 disk_info_mapping=disk_info_mapping, pools=self.pools,
                 volume_format='raw', pool_name=decision.pool)

@@ -8,6 +8,10 @@ volume format: ``qcow2`` volumes are copy-on-write overlays with a
 ``<backingStore>`` on the template; ``raw``/``flat`` volumes are
 ``createXMLFrom`` copies, converted by libvirt. Guests see
 ``<disk type='volume'>``.
+
+This class serves dir and logical pools; rbd pools, whose volumes are
+shared by every host of the Ceph cluster, are
+:class:`~.storage_rbd.RbdStorage`'s.
 """
 
 from __future__ import annotations
@@ -17,7 +21,6 @@ import uuid
 from typing import Any
 
 from nova import exception as nova_exception
-from nova import utils
 from nova.i18n import _
 from nova.virt.image import model as imgmodel
 from nova.virt.libvirt import imagebackend
@@ -118,15 +121,15 @@ class LibvirtStorage(imagebackend.Image):
         template = cache.storageVolLookupByName(os.path.basename(base))
         base_format = pools_mod.volume_format(template)
         capacity = max(size or 0, template.info()[1])
+        self._make_volume(template, base, base_format, capacity)
+
+    def _make_volume(self, template: Any, base: str, base_format: str,
+                     capacity: int) -> None:
+        """Make this disk's volume from the cached ``template`` (the
+        volume of ``base`` in the image cache pool)."""
         disks = self.pools.get(self.pool_name)
         kind = pools_mod.pool_type(disks)
-        if kind == 'rbd':
-            # libvirt cannot createXMLFrom a dir volume into an rbd pool:
-            # the template is uploaded once, then cloned inside the pool
-            # (libvirt's rbd createXMLFrom within a pool is an RBD clone).
-            template = self._rbd_template(disks, base, base_format)
-            self.pools.copy(disks, self.volume_name, template, '', capacity)
-        elif kind == 'dir' and self.volume_format == 'qcow2':
+        if kind == 'dir' and self.volume_format == 'qcow2':
             self.pools.create_cow(disks, self.volume_name, base,
                                   base_format, capacity)
         else:
@@ -136,22 +139,6 @@ class LibvirtStorage(imagebackend.Image):
                             self.volume_format if kind == 'dir' else '',
                             capacity,
                             preallocate=self.preallocate or kind == 'logical')
-
-    def _rbd_template(self, disks: Any, base: str, base_format: str) -> Any:
-        """The cached template's copy in the rbd pool, uploaded once per
-        host and pool under an external lock."""
-        name = pools_mod.RBD_TEMPLATE_PREFIX + os.path.basename(base)
-        found = self.pools.find_volume(disks, name)
-        if found is not None:
-            return found
-
-        @utils.synchronized(name, external=True, lock_path=self.lock_path)
-        def upload() -> Any:
-            return self.pools.upload_rbd_template(
-                disks, name, base, base_format,
-                CONF.libvirt.images_rbd_ceph_conf, CONF.libvirt.rbd_user)
-
-        return upload()
 
     def import_file(self, instance: Any, local_file: str,
                     remote_name: str) -> None:
@@ -189,10 +176,6 @@ class LibvirtStorage(imagebackend.Image):
     def get_model(self, connection: Any) -> Any:
         if self.pool_type == 'logical':
             return imgmodel.LocalBlockImage(self.path)
-        if self.pool_type == 'rbd':
-            pool, _sep, name = self.path.partition('/')
-            return imgmodel.RBDImage(name, pool, CONF.libvirt.rbd_user,
-                                     None, [])
         fmt = (imgmodel.FORMAT_QCOW2 if self.volume_format == 'qcow2'
                else imgmodel.FORMAT_RAW)
         return imgmodel.LocalFileImage(self.path, fmt)
@@ -202,38 +185,12 @@ class LibvirtStorage(imagebackend.Image):
         stock = super().libvirt_info(cache_mode, extra_specs,
                                      boot_order=boot_order,
                                      disk_unit=disk_unit)
-        if self.pool_type == 'rbd':
-            return self._rbd_network_disk(stock)
         disk = config.LibvirtConfigGuestVolumeDisk()
         disk.__dict__.update(stock.__dict__)
         disk.source_type = 'volume'
         disk.source_path = None
         disk.source_pool = self.pool_name
         disk.source_volume = self.volume_name
-        return disk
-
-    def _rbd_network_disk(self, disk: Any) -> Any:
-        """The rbd volume as the network disk qemu opens.
-
-        libvirt 9.0 refuses ``<disk type='volume'>`` on rbd pools ("using
-        'rbd' pools for backing 'volume' disks isn't yet supported"), so the
-        disk names the volume's image with the monitors and cephx auth read
-        from the pool's own definition: the pool stays the one place that
-        says where the storage is.
-        """
-        source = pools_mod.pool_source(self.pools.get(self.pool_name))
-        disk.source_type = 'network'
-        disk.source_protocol = 'rbd'
-        disk.source_path = None
-        disk.source_name = self.path
-        disk.source_hosts = [h.rpartition(':')[0] or h
-                             for h in source.hosts]
-        disk.source_ports = [h.rpartition(':')[2] if ':' in h else None
-                             for h in source.hosts]
-        if source.auth_user:
-            disk.auth_username = source.auth_user
-            disk.auth_secret_type = 'ceph'
-            disk.auth_secret_uuid = source.auth_secret_uuid
         return disk
 
     @staticmethod
