@@ -195,6 +195,7 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
             if instance.vm_state == vm_states.SHELVED_OFFLOADED:
                 self._restore_storage_on_unshelve(instance)
             self._resolver.ensure_served(instance, CONF.host)
+            self._use_this_hosts_pool(instance)
             # Saved by the compute manager once the disks are made.
             instance.system_metadata[SYSMETA_IMAGE] = instance.image_ref
         super().spawn(context, instance, image_meta, injected_files,
@@ -263,6 +264,34 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
             instance.system_metadata['image_base_image_ref'] = orig
         instance.image_ref = orig
         instance.save()
+
+    def _pools_here(self, decision: resolver_mod.BackendDecision
+                    ) -> resolver_mod.BackendDecision:
+        """``decision`` on this host's pools: its recorded pool where this
+        host has it (the record outlives a change of images_type), this
+        host's pool of the backend otherwise (a pool of another name on the
+        host the instance comes from)."""
+        if decision.storage == resolver_mod.POOLS:
+            try:
+                self._pools.get(decision.pool)
+                return decision
+            except exception.PoolNotFound:
+                pass
+        return self._resolver.with_storage(decision, resolver_mod.POOLS)
+
+    def _use_this_hosts_pool(self, instance: objects.Instance) -> None:
+        """A pool instance rebuilt here (an evacuation) uses this host's
+        pool; the compute manager saves the record with the rebuilt
+        instance."""
+        decision = self._resolver.decision_for(instance)
+        if decision.storage != resolver_mod.POOLS:
+            return
+        here = self._pools_here(decision)
+        if here != decision:
+            LOG.info('Disks in storage pool %(here)s of this host (were in '
+                     '%(was)s)', {'here': here.pool, 'was': decision.pool},
+                     instance=instance)
+            self._resolver.record(instance, here)
 
     def _restore_storage_on_unshelve(self,
                                      instance: objects.Instance) -> None:
@@ -1134,12 +1163,14 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
         volumes = [n for n in names if n.startswith(instance.uuid + '_')]
         legacy = [n for n in names if _MOVABLE_DISK.match(n)]
         decision = self._resolver.decision_for(instance)
-        if volumes and decision.storage != resolver_mod.POOLS:
-            # The destination (without pools) recorded the disks as files.
-            decision = self._resolver.with_storage(decision,
-                                                   resolver_mod.POOLS)
-            self._resolver.record(instance, decision)
-            instance.save()
+        if volumes:
+            # Back into this host's pool: the destination recorded its own
+            # (files on a host without pools, or its pool's name).
+            here = self._pools_here(decision)
+            if here != decision:
+                decision = here
+                self._resolver.record(instance, decision)
+                instance.save()
         if volumes or (legacy and decision.storage == resolver_mod.POOLS):
             self._delete_pool_volumes(instance)
         if volumes:
