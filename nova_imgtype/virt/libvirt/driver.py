@@ -134,8 +134,10 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
 
     def _log_legacy_instances(self, host: str) -> None:
         context = nova_context.get_admin_context()
-        legacy = [inst.uuid for inst in objects.InstanceList.get_by_host(
-                  context, host, expected_attrs=['system_metadata'])
+        instances = list(objects.InstanceList.get_by_host(
+            context, host, expected_attrs=['system_metadata']))
+        self._finish_interrupted_moves(instances)
+        legacy = [inst.uuid for inst in instances
                   if self._can_move_to_pools(inst)]
         if legacy:
             LOG.warning('%d instance(s) on this host still use legacy image '
@@ -531,36 +533,92 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                      instance=instance)
             return
         instance_dir = libvirt_utils.get_instance_path(instance)
-        target_dir = pools_mod.pool_target(pool)
         names = sorted(n for n in os.listdir(instance_dir)
                        if _MOVABLE_DISK.match(n))
         if not names:
             return
         fmt = images.qemu_img_info(
             os.path.join(instance_dir, names[0])).file_format
+        backend = 'qcow2' if fmt == 'qcow2' else 'flat'
+        moved = self._resolver.with_storage(
+            dataclasses.replace(decision, backend=backend),
+            resolver_mod.POOLS)
+        # Recorded before any file moves: after a crash the record says
+        # "pools" and the next start finishes the move
+        # (_finish_interrupted_moves); a failure puts both back.
+        self._resolver.record(instance, moved)
+        instance.save()
+        try:
+            self._adopt_files(instance, pool, instance_dir, names)
+        except Exception:
+            with excutils.save_and_reraise_exception():
+                self._resolver.record(instance, decision)
+                instance.save()
+        LOG.info('Moved disks %s into storage pool %s', ', '.join(names),
+                 pool_name, instance=instance)
+
+    @staticmethod
+    def _adopt_files(instance: objects.Instance, pool: Any,
+                     instance_dir: str, names: list[str]) -> None:
+        """Rename the instance's disk files into the dir pool as its volumes
+        (same filesystem: data and backing files unchanged, whatever the
+        size). A file already moved is skipped, so a move interrupted by a
+        crash can be finished; a failure puts back what this call moved.
+
+        :raises VolumeExists: a volume of that name is there, its file too.
+        """
+        target_dir = pools_mod.pool_target(pool)
         moved: list[tuple[str, str]] = []
         try:
             for name in names:
-                dest = os.path.join(target_dir,
-                                    pools_mod.volume_name(instance.uuid,
-                                                          name))
+                src = os.path.join(instance_dir, name)
+                dest = os.path.join(target_dir, pools_mod.volume_name(
+                    instance.uuid, name))
+                if not os.path.exists(src):
+                    continue
                 if os.path.exists(dest):
                     raise exception.VolumeExists(
-                        pool=pool_name, volume=os.path.basename(dest))
-                os.rename(os.path.join(instance_dir, name), dest)
-                moved.append((os.path.join(instance_dir, name), dest))
+                        pool=pool.name(), volume=os.path.basename(dest))
+                os.rename(src, dest)
+                moved.append((src, dest))
             pool.refresh(0)
         except Exception:
             for src, dest in reversed(moved):
                 os.rename(dest, src)
             raise
-        backend = 'qcow2' if fmt == 'qcow2' else 'flat'
-        self._resolver.record(instance, self._resolver.with_storage(
-            dataclasses.replace(decision, backend=backend),
-            resolver_mod.POOLS))
-        instance.save()
-        LOG.info('Moved disks %s into storage pool %s', ', '.join(names),
-                 pool_name, instance=instance)
+
+    def _finish_interrupted_moves(
+            self, instances: list[objects.Instance]) -> None:
+        """Finish the moves into a dir pool that a crash interrupted: the
+        record says "pools" and disk files are still in the instance
+        directory."""
+        for inst in instances:
+            decision = self._resolver.recorded(inst)
+            if decision is None or decision.storage != resolver_mod.POOLS:
+                continue
+            instance_dir = libvirt_utils.get_instance_path(inst)
+            names = sorted(n for n in os.listdir(instance_dir)
+                           if _MOVABLE_DISK.match(n)) if os.path.isdir(
+                instance_dir) else []
+            if not names:
+                continue
+            try:
+                pool = self._pools.get(decision.pool)
+                if pools_mod.pool_type(pool) != 'dir':
+                    continue
+                self._adopt_files(inst, pool, instance_dir, names)
+            except Exception as e:  # noqa: BLE001 - reported, start goes on
+                LOG.error('Disks %(names)s of an interrupted move into '
+                          'storage pool %(pool)s are still in %(dir)s: '
+                          '%(e)s', {'names': ', '.join(names),
+                                    'pool': decision.pool,
+                                    'dir': instance_dir, 'e': e},
+                          instance=inst)
+                continue
+            LOG.warning('Finished the interrupted move of disks %(names)s '
+                        'into storage pool %(pool)s',
+                        {'names': ', '.join(names), 'pool': decision.pool},
+                        instance=inst)
 
     def _hard_reboot(self, context: Any, instance: objects.Instance,
                      network_info: Any, share_info: Any,

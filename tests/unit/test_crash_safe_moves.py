@@ -1,0 +1,102 @@
+"""A move of legacy files into a dir pool killed half-way (issue 12,
+defect 4: "``_move_to_pools`` renames files before the new state is
+recorded and saved").
+
+The kill is a ``BaseException`` raised from the second rename: nothing of
+the driver's own clean-up runs, as when the process dies. Then nova-compute
+starts again (``init_host``) and finishes the move. Pools on libvirt's
+embedded test driver; real files made by qemu-img.
+"""
+
+import os
+import subprocess
+from unittest import mock
+
+import pytest
+from nova import objects
+
+from nova_imgtype.virt.libvirt import pools
+from nova_imgtype.virt.libvirt import resolver as resolver_mod
+from tests.unit.test_driver import STOCK
+from tests.unit.test_driver import _instance
+from tests.unit.test_driver import make_driver  # noqa: F401 - fixture
+from tests.unit.test_driver import test_pools  # noqa: F401 - fixture
+
+NAMES = ('disk', 'disk.local')
+
+
+class Killed(BaseException):
+    """The process dies here."""
+
+
+def _legacy(drv):
+    inst = _instance(imgtype_backend='qcow2', imgtype_storage='legacy',
+                     imgtype_native_formats='qcow2')
+    inst.host = 'host1'
+    inst_dir = os.path.join(drv._resolver._conf.instances_path, inst.uuid)
+    os.makedirs(inst_dir)
+    for name in NAMES:
+        subprocess.run(['qemu-img', 'create', '-q', '-f', 'qcow2',
+                        os.path.join(inst_dir, name), '1M'], check=True)
+    return inst, inst_dir
+
+
+def _start(drv, instances):
+    with mock.patch.object(STOCK, 'init_host'), \
+            mock.patch.object(objects.InstanceList, 'get_by_host',
+                              return_value=instances):
+        drv.init_host('host1')
+
+
+@pytest.fixture
+def drv(make_driver, test_pools):  # noqa: F811
+    drv = test_pools(make_driver(images_type='qcow2',
+                                 use_storage_pools=True))
+    _start(drv, [])
+    return drv
+
+
+def test_a_move_killed_half_way_is_finished_at_the_next_start(drv):
+    inst, inst_dir = _legacy(drv)
+    real_rename = os.rename
+    calls = []
+
+    def rename(src, dest):
+        calls.append(src)
+        if len(calls) == 2:
+            raise Killed()
+        real_rename(src, dest)
+
+    with mock.patch('os.rename', side_effect=rename):
+        with pytest.raises(Killed):
+            drv._move_to_pools(inst)
+    # What the crash left: the record says pools (it was saved first), one
+    # file moved, one not.
+    assert drv._resolver.recorded(inst).storage == resolver_mod.POOLS
+    inst.save.assert_called()
+    target = pools.pool_target(drv._pools.get(pools.DISKS_POOL))
+    assert os.path.exists(os.path.join(target, '%s_disk' % inst.uuid))
+    assert os.path.exists(os.path.join(inst_dir, 'disk.local'))
+
+    _start(drv, [inst])
+
+    # (The test driver's pools do not scan their directory: the files are
+    # looked at.)
+    for name in NAMES:
+        assert os.path.exists(os.path.join(
+            target, pools.volume_name(inst.uuid, name)))
+        assert not os.path.exists(os.path.join(inst_dir, name))
+
+
+def test_a_failed_move_puts_files_and_record_back(drv):
+    inst, inst_dir = _legacy(drv)
+    target = pools.pool_target(drv._pools.get(pools.DISKS_POOL))
+    # A volume of the second name is already there: refused, nothing lost.
+    subprocess.run(['qemu-img', 'create', '-q', '-f', 'qcow2', os.path.join(
+        target, '%s_disk.local' % inst.uuid), '1M'], check=True)
+    with pytest.raises(Exception, match='disk.local'):
+        drv._move_to_pools(inst)
+    assert drv._resolver.recorded(inst).storage == resolver_mod.LEGACY
+    for name in NAMES:
+        assert os.path.exists(os.path.join(inst_dir, name))
+    assert not os.path.exists(os.path.join(target, '%s_disk' % inst.uuid))
