@@ -496,8 +496,12 @@ def test_pool_instance_cold_move_by_what_the_destination_serves(
     (True, 'pools', 'pools'),
 ])
 def test_unshelve_makes_disks_where_the_host_keeps_them(
-        make_driver, pools_on, recorded, expected):
-    drv = make_driver(images_type='qcow2', use_storage_pools=pools_on)
+        make_driver, test_pools, pools_on, recorded, expected):
+    drv = test_pools(make_driver(images_type='qcow2',
+                                 use_storage_pools=pools_on))
+    if pools_on:
+        with mock.patch.object(STOCK, 'init_host'):
+            drv.init_host('host1')
     inst = _instance(vm_state=vm_states.SHELVED_OFFLOADED,
                      imgtype_backend='qcow2', imgtype_native_formats='qcow2',
                      imgtype_storage=recorded)
