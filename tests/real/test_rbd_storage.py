@@ -195,3 +195,40 @@ def test_rbd_volumes_are_shared_block_storage(rbd_driver, raw_image,
         rbd_driver._resolver.decision_for(other))
     assert cls is storage.LibvirtStorage
     assert not cls.is_shared_block_storage()
+
+
+def test_template_uploads_of_two_hosts_never_harm_each_other(
+        rbd_driver, raw_image, ceph_cluster):
+    """Issue 12, defect 5: every compute of the Ceph cluster uploads into
+    the same pool. Another host's upload in progress is left alone, and
+    when another host's upload is renamed first, this host uses it."""
+    image_id, digest = raw_image
+    # Another compute is writing its copy of some template.
+    ceph_cluster.rbd('create', '--size', '1M', ceph_cluster.image_spec(
+        pools.RBD_TEMPLATE_PREFIX + 'x.part-compute9-0a1b2c3d'))
+    real_execute = processutils.execute
+    winners = []
+
+    def other_host_renames_first(*cmd, **kwargs):
+        if cmd[:2] == ('rbd', 'rename'):
+            # Another compute's whole copy gets the name just before ours.
+            part, name = cmd[4], cmd[5]
+            ceph_cluster.rbd('cp', ceph_cluster.image_spec(part),
+                             ceph_cluster.image_spec(name))
+            winners.append(name)
+        return real_execute(*cmd, **kwargs)
+
+    with mock.patch.object(processutils, 'execute',
+                           side_effect=other_host_renames_first):
+        inst, disk = _boot_disk(rbd_driver, image_id, 'raw')
+    assert disk.exists()
+    images = ceph_cluster.images()
+    # The winner's template, the disk cloned from it, the other host's
+    # upload in progress; this host's own copy is gone.
+    assert sorted(images) == sorted([
+        winners[0], pools.volume_name(inst.uuid, 'disk'),
+        pools.RBD_TEMPLATE_PREFIX + 'x.part-compute9-0a1b2c3d'])
+    info = ceph_cluster.rbd_json('info', ceph_cluster.image_spec(
+        pools.volume_name(inst.uuid, 'disk')))
+    assert info['parent']['image'] == winners[0]
+    assert _rbd_head_sha256(ceph_cluster, winners[0], IMAGE_SIZE) == digest

@@ -47,8 +47,9 @@ class RbdStorage(storage.LibvirtStorage):
         self.pools.copy(disks, self.volume_name, template, '', capacity)
 
     def _rbd_template(self, disks: Any, base: str, base_format: str) -> Any:
-        """The cached template's copy in the rbd pool, uploaded once per
-        host and pool under an external lock."""
+        """The cached template's copy in the rbd pool: uploaded once in the
+        cluster (:meth:`StoragePools.upload_rbd_template`), one upload at a
+        time per host under an external lock."""
         name = pools_mod.RBD_TEMPLATE_PREFIX + os.path.basename(base)
         found = self.pools.find_volume(disks, name)
         if found is not None:
@@ -58,7 +59,8 @@ class RbdStorage(storage.LibvirtStorage):
         def upload() -> Any:
             return self.pools.upload_rbd_template(
                 disks, name, base, base_format,
-                CONF.libvirt.images_rbd_ceph_conf, CONF.libvirt.rbd_user)
+                CONF.libvirt.images_rbd_ceph_conf, CONF.libvirt.rbd_user,
+                uploader=CONF.host)
 
         return upload()
 

@@ -1,0 +1,194 @@
+"""The driver's part for images: templates fetched into the image cache
+through the template handler (boot, pre-caching) and snapshots of disks on
+volumes.
+
+One of the parts :class:`~nova_imgtype.virt.libvirt.driver.LibvirtDriver`
+is made of.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import nova.privsep.path
+from nova import objects
+from nova import utils
+from nova.compute import task_states
+from nova.image import glance
+from nova.virt import images
+from nova.virt.libvirt import driver as libvirt_driver
+from nova.virt.libvirt import imagecache as nova_imagecache
+from nova.virt.libvirt import utils as libvirt_utils
+from oslo_config import cfg
+from oslo_log import log as logging
+from oslo_utils import fileutils
+from oslo_utils import uuidutils
+
+import nova_imgtype.conf
+from nova_imgtype import exception
+from nova_imgtype.virt.libvirt import backends
+from nova_imgtype.virt.libvirt import imagecache
+from nova_imgtype.virt.libvirt import resolver as resolver_mod
+from nova_imgtype.virt.libvirt.template_handlers import base as handlers
+
+LOG = logging.getLogger(__name__)
+CONF: cfg.ConfigOpts = nova_imgtype.conf.CONF
+
+
+class Images(libvirt_driver.LibvirtDriver):
+    """Templates in the image cache, and snapshots."""
+
+    def _image_disk_format(self, context: Any, instance: objects.Instance,
+                           image_id: str) -> str | None:
+        if image_id == instance.image_ref:
+            meta = instance.image_meta
+            return (meta.disk_format if meta.obj_attr_is_set('disk_format')
+                    else None)
+        return glance.API().get(context, image_id).get('disk_format')
+
+    def _try_fetch_image_cache(self, image: Any, fetch_func: Any,
+                               context: Any, filename: str, image_id: str,
+                               instance: objects.Instance, size: Any,
+                               fallback_from_host: Any = None) -> None:
+        if fetch_func is not libvirt_utils.fetch_image:
+            # Kernel, ramdisk (fetch_raw_image) and made-up templates
+            # (ephemeral, swap) stay stock's.
+            return super()._try_fetch_image_cache(
+                image, fetch_func, context, filename, image_id, instance,
+                size, fallback_from_host=fallback_from_host)
+        decision = self._resolver.decision_for(instance)
+        native: str | None = None
+        if decision.native_formats:
+            if imagecache.is_native_cache_fname(filename, image_id):
+                # A backing file name read from a disk: already native.
+                disk_format: str | None = filename.rsplit('_', 1)[1]
+            elif filename == nova_imagecache.get_cache_fname(image_id):
+                disk_format = self._image_disk_format(
+                    context, instance, image_id)
+            else:
+                disk_format = None
+            if decision.is_native(disk_format):
+                filename, native = imagecache.template_name(
+                    decision.native_formats, image_id, disk_format)
+        handler = self._handler_for(type(image), filename, image_id)
+
+        def fetch_template(context: Any, target: str, image_id: str,
+                           trusted_certs: Any = None) -> None:
+            handler.fetch_image(context, image_id, target, native,
+                                trusted_certs)
+
+        super()._try_fetch_image_cache(
+            image, fetch_template, context, filename, image_id, instance,
+            size, fallback_from_host=fallback_from_host)
+
+    def cache_image(self, context: Any, image_id: str) -> bool:
+        """Pre-cache the template a new instance of the image would use.
+
+        Stock caches the converted ``_base/<sha1>`` with ``fetch_to_raw``;
+        here the image is cached as this host's resolver decides for its
+        disk_format (in its own format where the mapping keeps it), through
+        the template handler, under the lock a build takes for it.
+
+        :returns: True when the template was fetched, False when it was
+            already cached (its timestamp updated, as stock does).
+        """
+        disk_format = images.IMAGE_API.get(context, image_id).get(
+            'disk_format')
+        decision = self._resolver.decide(disk_format)
+        filename, native = imagecache.template_name(
+            decision.native_formats, image_id, disk_format)
+        cache_dir = os.path.join(CONF.instances_path,
+                                 CONF.image_cache.subdirectory_name)
+        path = os.path.join(cache_dir, filename)
+        if os.path.exists(path):
+            LOG.info('Image %(image_id)s already cached as %(path)s; '
+                     'updating timestamp', {'image_id': image_id,
+                                            'path': path})
+            nova.privsep.path.utime(path)
+            return False
+        fileutils.ensure_tree(cache_dir)
+        handler = self._handler_for(
+            self.image_backend.class_for(decision), filename, image_id)
+        LOG.info('Caching image %(image_id)s by request as %(path)s',
+                 {'image_id': image_id, 'path': path})
+
+        @utils.synchronized(filename, external=True,
+                            lock_path=os.path.join(CONF.instances_path,
+                                                   'locks'))
+        def fetch() -> None:
+            if not os.path.exists(path):
+                handler.fetch_image(context, image_id, path, native)
+
+        fetch()
+        return True
+
+    def _handler_for(self, backend: type, filename: str,
+                     image_id: str) -> handlers.BaseTemplateImageHandler:
+        """The template handler for a disk of the backend class ``backend``.
+
+        A backend that would copy a linked template as a link (making the
+        image volume the instance's disk) gets downloaded templates; one
+        already linked under the same name is refused rather than aliased.
+        """
+        handler = self._template_handler
+        if not handler.links_templates or backends.accepts_linked_templates(
+                backend):
+            return handler
+        base = os.path.join(CONF.instances_path,
+                            CONF.image_cache.subdirectory_name, filename)
+        if os.path.islink(base):
+            raise exception.LinkedTemplateUnsafe(
+                template=base, backend=backend.__name__)
+        LOG.info('Backend %(backend)s copies templates as files, a link as '
+                 'a link: image %(image)s is downloaded, not linked',
+                 {'backend': backend.__name__, 'image': image_id})
+        return self._downloading_handler
+
+    def snapshot(self, context: Any, instance: objects.Instance,
+                 image_id: str, update_task_state: Any) -> None:
+        if self._resolver.decision_for(instance).storage != \
+                resolver_mod.POOLS:
+            return super().snapshot(context, instance, image_id,
+                                    update_task_state)
+        self._snapshot_from_pool(context, instance, image_id,
+                                 update_task_state)
+
+    def _snapshot_from_pool(self, context: Any, instance: objects.Instance,
+                            image_id: str, update_task_state: Any) -> None:
+        """Cold snapshot of a disk on a volume.
+
+        Stock's snapshot finds the root disk by the path in the guest XML,
+        which a ``<disk type='volume'>`` does not have. Here the root disk
+        is the instance's volume; it is copied with ``createXMLFrom`` into a
+        temporary pool (LibvirtStorage.snapshot_extract) while the guest is
+        suspended as stock's cold snapshot does, then uploaded.
+        """
+        guest = self._host.get_guest(instance)
+        snapshot = self._image_api.get(context, image_id)
+        root_disk = self.image_backend.by_name(instance, 'disk')
+        image_format = (CONF.libvirt.snapshot_image_format or
+                        root_disk.volume_format)
+        metadata = self._create_snapshot_metadata(
+            instance.image_meta, instance, image_format, snapshot['name'])
+        power_state = guest.get_power_state(self._host)
+        self._suspend_guest_for_snapshot(context, False, power_state,
+                                         instance)
+        LOG.info('Beginning cold snapshot of volume %s',
+                 root_disk.volume_name, instance=instance)
+        update_task_state(task_state=task_states.IMAGE_PENDING_UPLOAD)
+        fileutils.ensure_tree(CONF.libvirt.snapshots_directory)
+        with utils.tempdir(dir=CONF.libvirt.snapshots_directory) as tmpdir:
+            out_path = os.path.join(tmpdir, uuidutils.generate_uuid(
+                dashed=False))
+            try:
+                root_disk.snapshot_extract(out_path, image_format)
+            finally:
+                self._resume_guest_after_snapshot(
+                    context, False, power_state, instance, guest)
+            update_task_state(task_state=task_states.IMAGE_UPLOADING,
+                              expected_state=task_states.IMAGE_PENDING_UPLOAD)
+            with libvirt_utils.file_open(out_path, 'rb') as image_file:
+                self._image_api.update(context, image_id, metadata,
+                                       image_file)
+        LOG.info('Snapshot image upload complete', instance=instance)

@@ -1,0 +1,261 @@
+"""The driver's part for live migration: checks, and live block migration
+of instances whose disks are (or become) volumes of a dir pool
+(:mod:`~nova_imgtype.virt.libvirt.live_migration` holds the XML and disk
+info rewriting).
+
+One of the parts :class:`~nova_imgtype.virt.libvirt.driver.LibvirtDriver`
+is made of.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from nova import exception as nova_exception
+from nova import objects
+from nova.i18n import _
+from nova.virt.libvirt import driver as libvirt_driver
+from nova.virt.libvirt import utils as libvirt_utils
+from oslo_config import cfg
+from oslo_log import log as logging
+from oslo_serialization import jsonutils
+
+import nova_imgtype.conf
+from nova_imgtype import exception
+from nova_imgtype.virt.libvirt import live_migration
+from nova_imgtype.virt.libvirt import pools as pools_mod
+from nova_imgtype.virt.libvirt import resolver as resolver_mod
+
+LOG = logging.getLogger(__name__)
+CONF: cfg.ConfigOpts = nova_imgtype.conf.CONF
+
+
+class LiveMigration(libvirt_driver.LibvirtDriver):
+    """Live migration of instances on pools and files."""
+
+    def check_can_live_migrate_destination(
+            self, context: Any, instance: objects.Instance,
+            src_compute_info: Any, dst_compute_info: Any,
+            block_migration: bool = False,
+            disk_over_commit: bool = False) -> Any:
+        try:
+            self._resolver.ensure_served(instance, CONF.host, arriving=True)
+        except nova_exception.Invalid as e:
+            raise nova_exception.MigrationPreCheckError(reason=str(e)) from e
+        data = super().check_can_live_migrate_destination(
+            context, instance, src_compute_info, dst_compute_info,
+            block_migration=block_migration,
+            disk_over_commit=disk_over_commit)
+        # The source compares this with its instance's backend.
+        data.image_type = self._resolver.backend_for(instance)
+        return data
+
+    def _is_shared_block_storage(self, instance: objects.Instance,
+                                 dest_check_data: Any,
+                                 block_device_info: Any = None) -> bool:
+        with self.image_backend.scope(instance):
+            if (dest_check_data.obj_attr_is_set('image_type') and
+                    self._resolver.backend_for(instance) ==
+                    dest_check_data.image_type and
+                    self.image_backend.backend().is_shared_block_storage()):
+                return True
+            return super()._is_shared_block_storage(
+                instance, dest_check_data,
+                block_device_info=block_device_info)
+
+    def check_can_live_migrate_source(self, context: Any,
+                                      instance: objects.Instance,
+                                      dest_check_data: Any,
+                                      block_device_info: Any = None) -> Any:
+        decision = self._resolver.decision_for(instance)
+        if decision.storage == resolver_mod.POOLS:
+            kind = pools_mod.pool_type(self._instance_pool(instance))
+            if kind != 'dir':
+                reason = exception.NotSupportedOnPools(
+                    operation='Live migration of disks on %s pools' % kind,
+                    instance_uuid=instance.uuid)
+                raise nova_exception.MigrationPreCheckError(
+                    reason=str(reason))
+        return super().check_can_live_migrate_source(
+            context, instance, dest_check_data,
+            block_device_info=block_device_info)
+
+    def get_instance_disk_info(self, instance: objects.Instance,
+                               *args: Any, **kwargs: Any) -> Any:
+        """Stock's file disks, and the instance's volumes (stock skips
+        ``<disk type='volume'>``): what a live block migration copies."""
+        info = jsonutils.loads(super().get_instance_disk_info(
+            instance, *args, **kwargs))
+        for disk in self._local_disks(instance):
+            if disk.source_type == 'volume':
+                info.append(live_migration.volume_disk_info(
+                    self._local_volume(instance, disk)))
+        return jsonutils.dumps(info)
+
+    def _local_disks(self, instance: objects.Instance,
+                     guest: Any = None) -> list[live_migration.LocalDisk]:
+        if self._resolver.decision_for(instance).storage != \
+                resolver_mod.POOLS:
+            return []
+        guest = guest or self._host.get_guest(instance)
+        return live_migration.local_disks(
+            guest.get_xml_desc(), instance.uuid,
+            libvirt_utils.get_instance_path(instance))
+
+    def _local_volume(self, instance: objects.Instance,
+                      disk: live_migration.LocalDisk) -> Any:
+        name = pools_mod.volume_name(instance.uuid, disk.name)
+        vol = self._pools.find_volume(self._pools.get(disk.pool), name)
+        if vol is None:
+            raise exception.VolumeNotFound(pool=disk.pool, volume=name)
+        return vol
+
+    def _live_migration_copy_disk_paths(self, context: Any,
+                                        instance: objects.Instance,
+                                        guest: Any) -> Any:
+        paths, names = super()._live_migration_copy_disk_paths(
+            context, instance, guest)
+        for disk in self._local_disks(instance, guest):
+            if disk.source_type == 'volume' and disk.target not in names:
+                paths.append(self._local_volume(instance, disk).path())
+                names.append(disk.target)
+        return paths, names
+
+    def pre_live_migration(self, context: Any, instance: objects.Instance,
+                           block_device_info: Any, network_info: Any,
+                           disk_info: Any, migrate_data: Any,
+                           *args: Any, **kwargs: Any) -> Any:
+        """Make the arriving instance's disks where this host keeps them.
+
+        Volumes of this host's pool or files in the instance directory
+        (:meth:`BackendResolver.arrival`), each made as stock makes it (an
+        overlay on the template fetched into this host's image cache, or
+        an empty disk of the same size) for libvirt to fill. Where they are
+        is recorded in the instance for the source, which writes the guest
+        XML this host gets.
+        """
+        decision = self._resolver.recorded(instance)
+        if (decision is None or not migrate_data.block_migration or
+                migrate_data.is_shared_instance_path or
+                migrate_data.is_shared_block_storage):
+            return super().pre_live_migration(
+                context, instance, block_device_info, network_info,
+                disk_info, migrate_data, *args, **kwargs)
+        arrival = self._resolver.arrival(decision)
+        directory = libvirt_utils.get_instance_path_at_destination(
+            instance, migrate_data)
+        infos = live_migration.arriving_disk_info(
+            jsonutils.loads(disk_info) if disk_info else [], instance.uuid,
+            directory)
+        empty = [i for i in infos if not i['backing_file']]
+        if arrival.storage == resolver_mod.POOLS:
+            # Stock makes the others as files: they are volumes here.
+            infos = [i for i in infos if i['backing_file']]
+        with self._resolver.assume(instance, arrival):
+            result = super().pre_live_migration(
+                context, instance, block_device_info, network_info,
+                jsonutils.dumps(infos), migrate_data, *args, **kwargs)
+            if arrival.storage == resolver_mod.POOLS:
+                pool = self._pools.get(arrival.pool)
+                directory = pools_mod.pool_target(pool)
+                for info in empty:
+                    self._pools.create_empty(
+                        pool, pools_mod.volume_name(
+                            instance.uuid, os.path.basename(info['path'])),
+                        info['type'], info['virt_disk_size'])
+        self._resolver.record_arrival(instance, CONF.host, arrival,
+                                      directory)
+        instance.save()
+        LOG.info('Live migration: disks made as %s%s', arrival.storage,
+                 ' in pool %s' % arrival.pool if arrival.pool else '',
+                 instance=instance)
+        return result
+
+    def _live_migration_operation(self, context: Any,
+                                  instance: objects.Instance, dest: str,
+                                  block_migration: Any, migrate_data: Any,
+                                  guest: Any, *args: Any,
+                                  **kwargs: Any) -> Any:
+        guest = self._guest_for_destination(context, instance, dest,
+                                            migrate_data, guest)
+        return super()._live_migration_operation(
+            context, instance, dest, block_migration, migrate_data, guest,
+            *args, **kwargs)
+
+    def _guest_for_destination(self, context: Any,
+                               instance: objects.Instance, dest: str,
+                               migrate_data: Any, guest: Any) -> Any:
+        """The guest, sending the destination the XML of its disks there.
+
+        :raises MigrationError: a pool instance going to a host that made
+            no disks for it (one without nova-imgtype).
+        """
+        decision = self._resolver.recorded(instance)
+        if (decision is None or not migrate_data.block_migration or
+                migrate_data.is_shared_instance_path or
+                migrate_data.is_shared_block_storage):
+            return guest
+        arrival = self._resolver.recorded_arrival(
+            self._fresh(context, instance), dest)
+        if arrival is None:
+            if decision.storage == resolver_mod.POOLS:
+                raise nova_exception.MigrationError(reason=_(
+                    'destination %s made no disks for instance %s, whose '
+                    'disks are storage volumes: it does not run '
+                    'nova-imgtype') % (dest, instance.uuid))
+            return guest
+        disks = live_migration.local_disks(
+            guest.get_xml_desc(), instance.uuid,
+            libvirt_utils.get_instance_path(instance))
+        return live_migration.RetargetedGuest(
+            guest, lambda xml: live_migration.destination_xml(
+                xml, instance.uuid, disks, *arrival))
+
+    @staticmethod
+    def _fresh(context: Any, instance: objects.Instance) -> Any:
+        """The instance's system metadata as saved by another host."""
+        return objects.Instance.get_by_uuid(
+            context, instance.uuid, expected_attrs=['system_metadata'])
+
+    def _end_arrival(self, context: Any,
+                     instance: objects.Instance) -> tuple[str, str] | None:
+        """Drop this host's arrival record; what it was."""
+        fresh = self._fresh(context, instance)
+        arrival = self._resolver.recorded_arrival(fresh, CONF.host)
+        if self._resolver.drop_arrival(fresh):
+            fresh.save()
+        return arrival
+
+    def rollback_live_migration_at_destination(
+            self, context: Any, instance: objects.Instance,
+            *args: Any, **kwargs: Any) -> Any:
+        # The disks to remove are those pre_live_migration made here
+        # (recorded or not: it may have failed half-way).
+        decision = self._resolver.recorded(instance)
+        if decision is None:
+            return super().rollback_live_migration_at_destination(
+                context, instance, *args, **kwargs)
+        self._end_arrival(context, instance)
+        with self._resolver.assume(instance,
+                                   self._resolver.arrival(decision)):
+            return super().rollback_live_migration_at_destination(
+                context, instance, *args, **kwargs)
+
+    def post_live_migration_at_destination(
+            self, context: Any, instance: objects.Instance,
+            *args: Any, **kwargs: Any) -> Any:
+        super().post_live_migration_at_destination(
+            context, instance, *args, **kwargs)
+        decision = self._resolver.recorded(instance)
+        if decision is None or self._end_arrival(context, instance) is None:
+            # Shared storage: the disks are where they were.
+            return
+        # The disks are where pre_live_migration made them; the compute
+        # manager saves the instance after this.
+        arrival = self._resolver.arrival(decision)
+        if arrival != decision:
+            self._resolver.record(instance, arrival)
+            LOG.info('Disks now %s%s', arrival.storage,
+                     ' in pool %s' % arrival.pool if arrival.pool else '',
+                     instance=instance)

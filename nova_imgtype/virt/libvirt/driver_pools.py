@@ -1,0 +1,286 @@
+"""The driver's part for disks on storage pools: the instance's pool and
+its volumes, legacy instances moving into the pools (crash-safe), and the
+guest config of pool instances.
+
+One of the parts :class:`~nova_imgtype.virt.libvirt.driver.LibvirtDriver`
+is made of; each is a subclass of stock's driver overriding the stock
+methods of one concern and calling the next part (``super()``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from typing import Any
+
+from nova import objects
+from nova.storage import rbd_utils
+from nova.virt import images
+from nova.virt.libvirt import driver as libvirt_driver
+from nova.virt.libvirt import utils as libvirt_utils
+from oslo_config import cfg
+from oslo_log import log as logging
+from oslo_utils import excutils
+
+import nova_imgtype.conf
+from nova_imgtype import exception
+from nova_imgtype.virt.libvirt import pools as pools_mod
+from nova_imgtype.virt.libvirt import resolver as resolver_mod
+
+LOG = logging.getLogger(__name__)
+CONF: cfg.ConfigOpts = nova_imgtype.conf.CONF
+
+#: Legacy instance disk files that move into nova-disks-pool.
+MOVABLE_DISK = re.compile(r'^disk(\.local|\.swap|\.eph\d+)?$')
+
+
+class PoolDisks(libvirt_driver.LibvirtDriver):
+    """Disks of an instance on a storage pool."""
+
+    def _pool_backing_paths(self) -> set[str]:
+        """Templates in use by volumes of the dir disks pools (none if
+        there is no such pool).
+
+        Any other state (an inactive pool, libvirt unreachable) raises, so
+        the image cache manager removes nothing it cannot check.
+        """
+        paths: set[str] = set()
+        names = {pools_mod.DISKS_POOL} | {
+            spec.name for spec in pools_mod.host_specs(
+                CONF, self._resolver.pool_backends())
+            if spec.type == 'dir' and spec.name != pools_mod.BASE_POOL}
+        for name in sorted(names):
+            try:
+                pool = self._pools.get(name)
+            except exception.PoolNotFound:
+                continue
+            if pools_mod.pool_type(pool) == 'dir':
+                paths |= self._pools.backing_paths(pool)
+        return paths
+
+    def _instance_pool(self, instance: objects.Instance) -> Any:
+        """The started disks pool of a pool instance."""
+        return self._pools.get(self._resolver.decision_for(instance).pool)
+
+    def _delete_pool_volumes(self, instance: objects.Instance,
+                             suffix: str = '') -> None:
+        """Delete the instance's volumes (ending with ``suffix``)."""
+        name = self._resolver.decision_for(instance).pool
+        try:
+            pool = self._pools.get(name)
+        except exception.PoolNotFound:
+            LOG.warning('Storage pool %s is gone: no volume of the instance '
+                        'to delete', name, instance=instance)
+            return
+        for vol in list(self._pools.volumes(pool, instance.uuid + '_')):
+            if vol.name().endswith(suffix):
+                LOG.debug('Deleting volume %s', vol.name(),
+                          instance=instance)
+                vol.delete(0)
+
+    def _can_move_to_pools(self, instance: objects.Instance) -> bool:
+        decision = self._resolver.decision_for(instance)
+        return (decision.storage == resolver_mod.LEGACY and
+                decision.backend in self._resolver.pool_backends())
+
+    def _move_to_pools(self, instance: objects.Instance) -> None:
+        """Move a stopped legacy instance's disks into its pool.
+
+        Files are renamed within one filesystem (instances_path), so the
+        data stay as they are, overlays keep their absolute backing paths,
+        and it costs nothing whatever the size; a failure puts back what was
+        moved. lvm and rbd disks need no move: they have the pool's naming
+        already, and the pool, once refreshed, lists them.
+        """
+        decision = self._resolver.decision_for(instance)
+        pool_name = self._resolver.pool_for(decision.backend)
+        pool = self._pools.get(pool_name)
+        if pools_mod.pool_type(pool) != 'dir':
+            pool.refresh(0)
+            self._resolver.record(instance, self._resolver.with_storage(
+                decision, resolver_mod.POOLS))
+            instance.save()
+            LOG.info('Disks now used through storage pool %s', pool_name,
+                     instance=instance)
+            return
+        instance_dir = libvirt_utils.get_instance_path(instance)
+        names = sorted(n for n in os.listdir(instance_dir)
+                       if MOVABLE_DISK.match(n))
+        if not names:
+            return
+        fmt = images.qemu_img_info(
+            os.path.join(instance_dir, names[0])).file_format
+        backend = 'qcow2' if fmt == 'qcow2' else 'flat'
+        moved = self._resolver.with_storage(
+            dataclasses.replace(decision, backend=backend),
+            resolver_mod.POOLS)
+        # Recorded before any file moves: after a crash the record says
+        # "pools" and the next start finishes the move
+        # (_finish_interrupted_moves); a failure puts both back.
+        self._resolver.record(instance, moved)
+        instance.save()
+        try:
+            self._adopt_files(instance, pool, instance_dir, names)
+        except Exception:
+            with excutils.save_and_reraise_exception():
+                self._resolver.record(instance, decision)
+                instance.save()
+        LOG.info('Moved disks %s into storage pool %s', ', '.join(names),
+                 pool_name, instance=instance)
+
+    @staticmethod
+    def _adopt_files(instance: objects.Instance, pool: Any,
+                     instance_dir: str, names: list[str]) -> None:
+        """Rename the instance's disk files into the dir pool as its volumes
+        (same filesystem: data and backing files unchanged, whatever the
+        size). A file already moved is skipped, so a move interrupted by a
+        crash can be finished; a failure puts back what this call moved.
+
+        :raises VolumeExists: a volume of that name is there, its file too.
+        """
+        target_dir = pools_mod.pool_target(pool)
+        moved: list[tuple[str, str]] = []
+        try:
+            for name in names:
+                src = os.path.join(instance_dir, name)
+                dest = os.path.join(target_dir, pools_mod.volume_name(
+                    instance.uuid, name))
+                if not os.path.exists(src):
+                    continue
+                if os.path.exists(dest):
+                    raise exception.VolumeExists(
+                        pool=pool.name(), volume=os.path.basename(dest))
+                os.rename(src, dest)
+                moved.append((src, dest))
+            pool.refresh(0)
+        except Exception:
+            for src, dest in reversed(moved):
+                os.rename(dest, src)
+            raise
+
+    def _finish_interrupted_moves(
+            self, instances: list[objects.Instance]) -> None:
+        """Finish the moves into a dir pool that a crash interrupted: the
+        record says "pools" and disk files are still in the instance
+        directory."""
+        for inst in instances:
+            decision = self._resolver.recorded(inst)
+            if decision is None or decision.storage != resolver_mod.POOLS:
+                continue
+            instance_dir = libvirt_utils.get_instance_path(inst)
+            names = sorted(n for n in os.listdir(instance_dir)
+                           if MOVABLE_DISK.match(n)) if os.path.isdir(
+                instance_dir) else []
+            if not names:
+                continue
+            try:
+                pool = self._pools.get(decision.pool)
+                if pools_mod.pool_type(pool) != 'dir':
+                    continue
+                self._adopt_files(inst, pool, instance_dir, names)
+            except Exception as e:  # noqa: BLE001 - reported, start goes on
+                LOG.error('Disks %(names)s of an interrupted move into '
+                          'storage pool %(pool)s are still in %(dir)s: '
+                          '%(e)s', {'names': ', '.join(names),
+                                    'pool': decision.pool,
+                                    'dir': instance_dir, 'e': e},
+                          instance=inst)
+                continue
+            LOG.warning('Finished the interrupted move of disks %(names)s '
+                        'into storage pool %(pool)s',
+                        {'names': ', '.join(names), 'pool': decision.pool},
+                        instance=inst)
+
+    def _pools_here(self, decision: resolver_mod.BackendDecision
+                    ) -> resolver_mod.BackendDecision:
+        """``decision`` on this host's pools: its recorded pool where this
+        host has it (the record outlives a change of images_type), this
+        host's pool of the backend otherwise (a pool of another name on the
+        host the instance comes from)."""
+        if decision.storage == resolver_mod.POOLS:
+            try:
+                self._pools.get(decision.pool)
+                return decision
+            except exception.PoolNotFound:
+                pass
+        return self._resolver.with_storage(decision, resolver_mod.POOLS)
+
+    def _use_this_hosts_pool(self, instance: objects.Instance) -> None:
+        """A pool instance rebuilt here (an evacuation) uses this host's
+        pool; the compute manager saves the record with the rebuilt
+        instance."""
+        decision = self._resolver.decision_for(instance)
+        if decision.storage != resolver_mod.POOLS:
+            return
+        here = self._pools_here(decision)
+        if here != decision:
+            LOG.info('Disks in storage pool %(here)s of this host (were in '
+                     '%(was)s)', {'here': here.pool, 'was': decision.pool},
+                     instance=instance)
+            self._resolver.record(instance, here)
+
+    def _hard_reboot(self, context: Any, instance: objects.Instance,
+                     network_info: Any, share_info: Any,
+                     block_device_info: Any = None,
+                     accel_info: Any = None) -> Any:
+        if self._can_move_to_pools(instance) and \
+                not self._is_booted_from_volume(block_device_info):
+            # Stop the guest before its files move; stock's own destroy
+            # that follows finds it stopped.
+            self._destroy(instance)
+            self._move_to_pools(instance)
+        return super()._hard_reboot(
+            context, instance, network_info, share_info,
+            block_device_info=block_device_info, accel_info=accel_info)
+
+    def unrescue(self, context: Any, instance: objects.Instance) -> None:
+        super().unrescue(context, instance)
+        if self._resolver.decision_for(instance).storage == \
+                resolver_mod.POOLS:
+            self._delete_pool_volumes(instance, suffix='.rescue')
+        if (self._resolver.backend_for(instance) == 'rbd' and
+                CONF.libvirt.images_type != 'rbd'):
+            uuid = instance.uuid
+            rbd_utils.RBDDriver().cleanup_volumes(
+                lambda disk: (disk.startswith(uuid) and
+                              disk.endswith('.rescue')))
+
+    def _get_guest_config(self, instance: objects.Instance,
+                          network_info: Any, image_meta: Any,
+                          disk_info: Any, rescue: Any = None,
+                          block_device_info: Any = None,
+                          context: Any = None, mdevs: Any = None,
+                          accel_info: Any = None, share_info: Any = None,
+                          old_guest: Any = None) -> Any:
+        guest = super()._get_guest_config(
+            instance, network_info, image_meta, disk_info, rescue=rescue,
+            block_device_info=block_device_info, context=context,
+            mdevs=mdevs, accel_info=accel_info, share_info=share_info,
+            old_guest=old_guest)
+        if self._resolver.decision_for(instance).storage == \
+                resolver_mod.POOLS:
+            self._point_at_kernel_volumes(instance, guest)
+        return guest
+
+    def _point_at_kernel_volumes(self, instance: objects.Instance,
+                                 guest: Any) -> None:
+        """Stock writes ``<instance dir>/kernel[.rescue]`` (and ramdisk)
+        into the guest; a pool instance's kernel and ramdisk are volumes of
+        its dir pool."""
+        for attr in ('os_kernel', 'os_initrd'):
+            path = getattr(guest, attr, None)
+            if not path or os.path.basename(path).split('.')[0] not in (
+                    'kernel', 'ramdisk'):
+                continue
+            disk = self.image_backend.by_name(
+                instance, os.path.basename(path), 'raw')
+            if not disk.is_file_in_instance_path():
+                setattr(guest, attr, disk.path)
+
+    def _refuse_on_pools(self, instance: objects.Instance,
+                         operation: str) -> None:
+        if self._resolver.decision_for(instance).storage == \
+                resolver_mod.POOLS:
+            raise exception.NotSupportedOnPools(
+                operation=operation, instance_uuid=instance.uuid)

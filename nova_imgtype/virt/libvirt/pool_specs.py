@@ -1,0 +1,234 @@
+"""What a host's storage pools are: names, types, targets and definitions,
+and what is read from a pool's or a volume's XML. No libvirt call is made
+here; :mod:`~nova_imgtype.virt.libvirt.pools` makes them.
+"""
+
+from __future__ import annotations
+
+import configparser
+import dataclasses
+import os
+import re
+from collections.abc import Iterable
+from typing import Any
+from xml.etree import ElementTree
+
+BASE_POOL = 'nova-base-images-pool'
+DISKS_POOL = 'nova-disks-pool'
+#: Templates uploaded into an rbd disks pool: ``nova-base_<cache file>``.
+RBD_TEMPLATE_PREFIX = 'nova-base_'
+
+Connection = Any    # libvirt.virConnect
+Pool = Any          # libvirt.virStoragePool
+Volume = Any        # libvirt.virStorageVol
+
+
+#: libvirt pool type implementing each image backend's disks.
+POOL_TYPES = {'raw': 'dir', 'flat': 'dir', 'qcow2': 'dir',
+              'lvm': 'logical', 'rbd': 'rbd'}
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolSpec:
+    """What a pool must be: its name, libvirt type and location.
+
+    ``target`` is the directory of a dir pool (and ``/dev/<vg>`` of a
+    logical one); ``source`` the volume group of a logical pool or the Ceph
+    pool of an rbd one, with ``hosts`` (``host:port`` monitors) and the
+    cephx ``auth_user``/``auth_secret_uuid`` of an rbd pool.
+    """
+
+    name: str
+    type: str
+    target: str = ''
+    source: str = ''
+    hosts: tuple[str, ...] = ()
+    auth_user: str = ''
+    auth_secret_uuid: str = ''
+
+    def to_xml(self) -> str:
+        pool = ElementTree.Element('pool', type=self.type)
+        ElementTree.SubElement(pool, 'name').text = self.name
+        if self.source:
+            source = ElementTree.SubElement(pool, 'source')
+            for host in self.hosts:
+                name, _sep, port = host.rpartition(':')
+                attrs = {'name': name or port}
+                if name:
+                    attrs['port'] = port
+                ElementTree.SubElement(source, 'host', attrs)
+            ElementTree.SubElement(source, 'name').text = self.source
+            if self.type == 'logical':
+                ElementTree.SubElement(source, 'format', type='lvm2')
+            if self.auth_user:
+                auth = ElementTree.SubElement(source, 'auth', type='ceph',
+                                              username=self.auth_user)
+                ElementTree.SubElement(auth, 'secret',
+                                       uuid=self.auth_secret_uuid)
+        if self.target:
+            target = ElementTree.SubElement(pool, 'target')
+            ElementTree.SubElement(target, 'path').text = self.target
+        return ElementTree.tostring(pool, encoding='unicode')
+
+    def location(self) -> str:
+        """What identifies the storage behind the pool, for messages."""
+        return ('Ceph pool %s' % self.source if self.type == 'rbd' else
+                'volume group %s' % self.source if self.type == 'logical'
+                else self.target)
+
+
+def default_specs(instances_path: str,
+                  cache_subdir: str = '_base') -> tuple[PoolSpec, PoolSpec]:
+    """The image cache pool and the disks pool of a file-based host."""
+    return (PoolSpec(BASE_POOL, 'dir',
+                     os.path.join(instances_path, cache_subdir)),
+            PoolSpec(DISKS_POOL, 'dir', os.path.join(instances_path,
+                                                     'disks')))
+
+
+def disks_pool_name(pool_type: str, default_type: str) -> str:
+    """The name of the disks pool of ``pool_type`` on a host.
+
+    The pool of the host's own ``images_type`` is ``nova-disks-pool``; a
+    pool of another type that the mapping needs on the same host is
+    ``nova-disks-pool-<type>`` (``nova-disks-pool-dir``,
+    ``nova-disks-pool-logical``, ``nova-disks-pool-rbd``).
+    """
+    return (DISKS_POOL if pool_type == default_type
+            else '%s-%s' % (DISKS_POOL, pool_type))
+
+
+def ceph_monitors(ceph_conf: str) -> tuple[str, ...]:
+    """``host:port`` of the monitors in a ceph.conf (``mon_host``).
+
+    Accepts the forms Ceph does: ``a,b c``, ``host:port`` and messenger
+    address vectors ``[v2:h:3300,v1:h:6789]`` (the v1 address is taken,
+    which librados reaches through libvirt's ``host:port``).
+    """
+    parser = configparser.ConfigParser(strict=False, interpolation=None)
+    try:
+        with open(ceph_conf) as f:
+            parser.read_file(f)
+    except OSError:
+        return ()
+    value = ''
+    for section in ('global', 'client'):
+        for key in ('mon_host', 'mon host'):
+            if parser.has_option(section, key):
+                value = parser.get(section, key)
+    hosts = []
+    for vector in re.findall(r'\[([^\]]*)\]|([^\s,;\[\]]+)', value):
+        addrs = (vector[0].split(',') if vector[0] else [vector[1]])
+        v1 = [a[3:] for a in addrs if a.startswith('v1:')]
+        plain = [a for a in addrs if not a.startswith(('v1:', 'v2:'))]
+        pick = (v1 or plain or [a[3:] for a in addrs])[0]
+        hosts.append(pick.split('/')[0])
+    return tuple(hosts)
+
+
+def disks_pool_spec(conf: Any, backend: str) -> PoolSpec:
+    """The disks pool implementing ``backend`` on this host's config."""
+    pool_type = POOL_TYPES[backend]
+    default_type = POOL_TYPES.get(conf.libvirt.images_type,
+                                  'dir')
+    name = disks_pool_name(pool_type, default_type)
+    if pool_type == 'logical':
+        vg = conf.libvirt.images_volume_group
+        return PoolSpec(name, 'logical', '/dev/%s' % vg, source=vg)
+    if pool_type == 'rbd':
+        return PoolSpec(
+            name, 'rbd', source=conf.libvirt.images_rbd_pool,
+            hosts=ceph_monitors(conf.libvirt.images_rbd_ceph_conf),
+            auth_user=(conf.libvirt.rbd_user
+                       if conf.libvirt.rbd_secret_uuid else ''),
+            auth_secret_uuid=conf.libvirt.rbd_secret_uuid or '')
+    return PoolSpec(name, 'dir', os.path.join(conf.instances_path, 'disks'))
+
+
+def host_specs(conf: Any, backends: Iterable[str]) -> list[PoolSpec]:
+    """Every pool a host needs: the image cache pool, then one disks pool
+    per pool type of ``backends`` (those pools implement)."""
+    specs = [PoolSpec(BASE_POOL, 'dir', os.path.join(
+        conf.instances_path, conf.image_cache.subdirectory_name))]
+    seen = set()
+    for backend in backends:
+        if backend in POOL_TYPES and POOL_TYPES[backend] not in seen:
+            seen.add(POOL_TYPES[backend])
+            specs.append(disks_pool_spec(conf, backend))
+    return specs
+
+
+def pool_target(pool: Pool) -> str:
+    """The target directory of a pool."""
+    return ElementTree.fromstring(pool.XMLDesc(0)).findtext(
+        'target/path') or ''
+
+
+
+def volume_path(pool: Pool, name: str) -> str:
+    """Where a volume of the pool is: ``<target>/<name>`` for dir and
+    logical pools, ``<ceph pool>/<name>`` for rbd ones."""
+    root = ElementTree.fromstring(pool.XMLDesc(0))
+    target = root.findtext('target/path')
+    if target:
+        return os.path.join(target, name)
+    return '%s/%s' % (root.findtext('source/name') or pool.name(), name)
+
+
+def pool_source(pool: Pool) -> PoolSpec:
+    """A pool's definition read back from libvirt (type, target, source,
+    ``host:port`` hosts, cephx auth)."""
+    root = ElementTree.fromstring(pool.XMLDesc(0))
+    hosts = tuple(
+        '%s:%s' % (h.get('name'), h.get('port')) if h.get('port')
+        else h.get('name') or '' for h in root.findall('source/host'))
+    auth = root.find('source/auth')
+    secret = auth.find('secret') if auth is not None else None
+    return PoolSpec(
+        pool.name(), root.get('type') or '',
+        target=root.findtext('target/path') or '',
+        source=root.findtext('source/name') or '', hosts=hosts,
+        auth_user=auth.get('username', '') if auth is not None else '',
+        auth_secret_uuid=(secret.get('uuid', '') if secret is not None
+                          else ''))
+
+
+def pool_type(pool: Pool) -> str:
+    """The libvirt type of a pool (dir, logical, rbd, ...)."""
+    return ElementTree.fromstring(pool.XMLDesc(0)).get('type') or ''
+
+
+def volume_format(vol: Volume) -> str:
+    """The format libvirt found for a volume (raw, qcow2, ...)."""
+    fmt = ElementTree.fromstring(vol.XMLDesc(0)).find('target/format')
+    return (fmt.get('type') if fmt is not None else None) or 'raw'
+
+
+def volume_name(instance_uuid: str, disk_name: str) -> str:
+    """``{instance-uuid}_{name}``, the name of an instance's volume."""
+    return '%s_%s' % (instance_uuid, disk_name)
+
+
+def _volume_xml(name: str, fmt: str, capacity: int,
+                backing: tuple[str, str] | None = None,
+                preallocate: bool = False) -> str:
+    vol = ElementTree.Element('volume')
+    ElementTree.SubElement(vol, 'name').text = name
+    ElementTree.SubElement(vol, 'capacity', unit='bytes').text = str(
+        capacity)
+    # Without <allocation>, libvirt allocates the whole capacity up front;
+    # stock Nova's disks are sparse unless preallocate_images = space.
+    ElementTree.SubElement(vol, 'allocation', unit='bytes').text = str(
+        capacity if preallocate else 0)
+    target = ElementTree.SubElement(vol, 'target')
+    if fmt:
+        # Logical and rbd volumes take none: they are raw by nature.
+        ElementTree.SubElement(target, 'format', type=fmt)
+    if fmt == 'qcow2':
+        # libvirt makes compat 0.10 images unless asked.
+        ElementTree.SubElement(target, 'compat').text = '1.1'
+    if backing is not None:
+        store = ElementTree.SubElement(vol, 'backingStore')
+        ElementTree.SubElement(store, 'path').text = backing[0]
+        ElementTree.SubElement(store, 'format', type=backing[1])
+    return ElementTree.tostring(vol, encoding='unicode')
