@@ -255,17 +255,24 @@ def check_novalidhost(cloud: Cloud, conn: Any,
         conn.compute.delete_server(server)
 
 
+def _mark(cloud: Cloud, conn: Any, server: Any) -> tuple[Any, bytes]:
+    """Stop the server and write a new marker into its disk; (the stopped
+    server, the marker)."""
+    conn.compute.stop_server(server)
+    server = _wait(conn, server, 'SHUTOFF')
+    c, path, _ = _disk(cloud, server)
+    marker = MARKER + uuid.uuid4().hex[:6].encode()
+    image.write_marker(path, marker, argv_prefix=c['nsenter'])
+    return server, marker
+
+
 def _move(cloud: Cloud, conn: Any, res: Mapping[str, Any],
           revert: bool, from_pools: bool = False) -> str:
     pools_host, files_host = _hosts(cloud)
     source = pools_host if from_pools else files_host
     server = _boot(conn, res, 'qcow2' if from_pools else 'raw', source)
     try:
-        conn.compute.stop_server(server)
-        server = _wait(conn, server, 'SHUTOFF')
-        c, path, _ = _disk(cloud, server)
-        marker = MARKER + uuid.uuid4().hex[:6].encode()
-        image.write_marker(path, marker, argv_prefix=c['nsenter'])
+        server, marker = _mark(cloud, conn, server)
         if revert:
             conn.compute.resize_server(server, res['flavors']['gate.small'])
         else:
@@ -362,11 +369,7 @@ def check_live_migration(cloud: Cloud, conn: Any,
     pools_host, files_host = _hosts(cloud)
     server = _boot(conn, res, 'qcow2', pools_host)
     try:
-        conn.compute.stop_server(server)
-        server = _wait(conn, server, 'SHUTOFF')
-        c, path, _ = _disk(cloud, server)
-        marker = MARKER + uuid.uuid4().hex[:6].encode()
-        image.write_marker(path, marker, argv_prefix=c['nsenter'])
+        server, marker = _mark(cloud, conn, server)
         conn.compute.start_server(server)
         server = _wait(conn, server, 'ACTIVE')
         server, there = _live_migrate(cloud, conn, server, files_host,
