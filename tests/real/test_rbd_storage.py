@@ -184,7 +184,8 @@ def test_rbd_volumes_are_shared_block_storage(rbd_driver, raw_image,
     # None means shared, no file test with the other host.
     assert rbd_driver.check_instance_shared_storage_local(None, inst) is None
     assert rbd_driver.instance_on_disk(inst)
-    dest = objects.LibvirtLiveMigrateData(image_type='flat')
+    # A destination on nova-imgtype reports the instance's backend.
+    dest = objects.LibvirtLiveMigrateData(image_type='rbd')
     assert rbd_driver._is_shared_block_storage(inst, dest)
     # Volumes of the dir pool of the same host (the mapping's qcow2) are
     # not shared.
