@@ -100,3 +100,28 @@ def test_a_failed_move_puts_files_and_record_back(drv):
     for name in NAMES:
         assert os.path.exists(os.path.join(inst_dir, name))
     assert not os.path.exists(os.path.join(target, '%s_disk' % inst.uuid))
+
+
+def test_a_cold_move_interrupted_while_staging_reverts_into_the_pool(drv):
+    """Issue 12, defect 4: "volumes staged out of the pool for a move sit
+    in ``<instance>/`` after a crash where the revert path does not look".
+    nova-compute restarted during the move calls finish_revert_migration;
+    one volume was staged out, the other not yet."""
+    inst = _instance(imgtype_backend='qcow2', imgtype_storage='pools',
+                     imgtype_pool=pools.DISKS_POOL)
+    inst_dir = os.path.join(drv._resolver._conf.instances_path, inst.uuid)
+    os.makedirs(inst_dir)
+    target = pools.pool_target(drv._pools.get(pools.DISKS_POOL))
+    staged = os.path.join(inst_dir, '%s_disk' % inst.uuid)
+    kept = os.path.join(target, '%s_disk.local' % inst.uuid)
+    for path, data in ((staged, b'root'), (kept, b'ephemeral')):
+        with open(path, 'wb') as f:
+            f.write(data)
+    with mock.patch.object(STOCK, 'finish_revert_migration') as stock:
+        drv.finish_revert_migration(None, inst, None, None)
+    stock.assert_called_once()
+    for name, data in (('disk', b'root'), ('disk.local', b'ephemeral')):
+        with open(os.path.join(target, '%s_%s' % (inst.uuid, name)),
+                  'rb') as f:
+            assert f.read() == data
+    assert not os.path.exists(staged)

@@ -275,11 +275,18 @@ class ColdMoves(libvirt_driver.LibvirtDriver):
         into the pool during the migration is legacy again, its files being
         the ones stock puts back.
         """
-        backup_dir = libvirt_utils.get_instance_path(instance) + '_resize'
+        inst_dir = libvirt_utils.get_instance_path(instance)
+        backup_dir = inst_dir + '_resize'
+        if not os.path.isdir(backup_dir):
+            # Interrupted before stock kept the directory (nova-compute
+            # restarted while migrating reverts): the volumes are still
+            # staged in the instance directory.
+            backup_dir = inst_dir
         names = (os.listdir(backup_dir) if os.path.isdir(backup_dir)
                  else [])
         volumes = [n for n in names if n.startswith(instance.uuid + '_')]
-        legacy = [n for n in names if driver_pools.MOVABLE_DISK.match(n)]
+        legacy = ([n for n in names if driver_pools.MOVABLE_DISK.match(n)]
+                  if backup_dir != inst_dir else [])
         decision = self._resolver.decision_for(instance)
         if volumes:
             # Back into this host's pool: the destination recorded its own
@@ -289,7 +296,10 @@ class ColdMoves(libvirt_driver.LibvirtDriver):
                 decision = here
                 self._resolver.record(instance, decision)
                 instance.save()
-        if volumes or (legacy and decision.storage == resolver_mod.POOLS):
+        if backup_dir != inst_dir and (volumes or (
+                legacy and decision.storage == resolver_mod.POOLS)):
+            # Copies the migration made (same host, or shared storage);
+            # volumes never staged out are originals, and stay.
             self._delete_pool_volumes(instance)
         if volumes:
             pool = self._instance_pool(instance)
