@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Mapping
@@ -251,7 +252,46 @@ def write(stock_path: str, plugin_path: str, out_dir: str = OUT_DIR,
     with open(json_path, 'w') as f:
         json.dump(cmp, f, indent=1, sort_keys=True)
         f.write('\n')
+    append_history(os.path.join(out_dir, 'history.md'), cmp)
     return md_path, json_path, cmp
+
+
+HISTORY_HEAD = (
+    '# Gate runs, one line each (flakiness is a defect)\n\n'
+    'Appended by `python -m gate.results` at every whole gate run.\n\n'
+    '| generated | commit | verdict | plugin passed/failed | stock '
+    'passed/failed | checks failed |\n'
+    '|---|---|---|---|---|---|\n')
+
+
+def _commit() -> str:
+    """The commit the gate ran from (and ``+`` when the tree differs)."""
+    def git(*args: str) -> str:
+        proc = subprocess.run(['git', *args], capture_output=True,
+                              text=True, check=False,
+                              cwd=os.path.dirname(os.path.abspath(__file__)))
+        return proc.stdout.strip() if proc.returncode == 0 else ''
+    head = git('rev-parse', '--short', 'HEAD')
+    dirty = git('status', '--porcelain', '--untracked-files=no', '--',
+                ':!gate/results')
+    return (head or '-') + ('+' if dirty else '')
+
+
+def append_history(path: str, cmp: dict[str, Any]) -> None:
+    """One line for this run in ``history.md``."""
+    summary, runs = cmp['summary'], cmp['runs']
+    new = not os.path.exists(path)
+    with open(path, 'a') as f:
+        if new:
+            f.write(HISTORY_HEAD)
+        f.write('| %s | %s | %s | %d/%d | %d/%d | %d |\n' % (
+            cmp['generated'], _commit(),
+            'PASS' if summary['ok'] else 'FAIL',
+            runs['plugin']['counts']['passed'],
+            runs['plugin']['counts']['failed'],
+            runs['stock']['counts']['passed'],
+            runs['stock']['counts']['failed'],
+            summary['checks_failed']))
 
 
 def main(argv: list[str] | None = None) -> int:

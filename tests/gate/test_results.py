@@ -99,6 +99,13 @@ def test_write_and_cli(tmp_path: pathlib.Path) -> None:
     data = json.loads((out / 'latest.json').read_text())
     assert data['summary']['defects'] == 3
     assert (out / 'latest.md').read_text().count('DEFECT') >= 3
+    # Each run adds its line to the history.
+    results.main(['--stock', str(s), '--plugin', str(p),
+                  '--out-dir', str(out), '--min-passed', '1'])
+    history = (out / 'history.md').read_text().splitlines()
+    rows = [line for line in history if line.startswith('| 20')]
+    assert len(rows) == 2 and history.count(history[0]) == 1
+    assert all('| FAIL |' in row for row in rows)
 
 
 def test_checks_of_gate_checks() -> None:
