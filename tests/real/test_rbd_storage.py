@@ -11,6 +11,7 @@ by checksum (``rbd export``).
 """
 
 import hashlib
+import os
 import subprocess
 import uuid
 from unittest import mock
@@ -233,3 +234,52 @@ def test_template_uploads_of_two_hosts_never_harm_each_other(
         pools.volume_name(inst.uuid, 'disk')))
     assert info['parent']['image'] == winners[0]
     assert _rbd_head_sha256(ceph_cluster, winners[0], IMAGE_SIZE) == digest
+
+
+def test_unused_templates_leave_the_ceph_pool(
+        rbd_driver, raw_image, ceph_cluster, conf):  # noqa: F811
+    """Issue 12, defect 5: uploaded ``nova-base_*`` templates are removed by
+    the image cache pass once unused, by the image cache's rules, and never
+    while a clone of any host uses them."""
+    from nova_imgtype.virt.libvirt import storage_rbd
+    image_id, _ = raw_image
+    inst, disk = _boot_disk(rbd_driver, image_id, 'raw')
+    [template] = [i for i in ceph_cluster.images()
+                  if i.startswith(pools.RBD_TEMPLATE_PREFIX)]
+    upload = pools.RBD_TEMPLATE_PREFIX + 'y.part-compute9-0a1b2c3d'
+    ceph_cluster.rbd('create', '--size', '1M',
+                     ceph_cluster.image_spec(upload))
+    pool = rbd_driver._pools.get(pools.DISKS_POOL)
+    base_dir = str(conf.conf.instances_path) + '/_base'
+    cached = base_dir + '/' + template[len(pools.RBD_TEMPLATE_PREFIX):]
+
+    def gc(min_age=0):
+        return storage_rbd.remove_unused_templates(
+            rbd_driver._pools, pool, base_dir, min_age)
+
+    # Still in this host's image cache: kept.
+    assert gc() == []
+    os.unlink(cached)
+    # Too young (another host may be about to clone it): kept.
+    assert gc(min_age=3600) == []
+    # A clone uses it: Ceph refuses, kept.
+    assert gc() == []
+    assert template in ceph_cluster.images()
+    # The instance gone, the template goes; the upload in progress stays.
+    with mock.patch.object(stock_driver.LibvirtDriver, '_cleanup'):
+        rbd_driver._cleanup(None, inst, None, cleanup_instance_disks=True)
+    assert gc() == [template]
+    assert sorted(ceph_cluster.images()) == [upload]
+    # Through the driver's image cache pass, with the cache's rules.
+    unused = pools.RBD_TEMPLATE_PREFIX + 'no-longer-cached'
+    ceph_cluster.rbd('create', '--size', '1M',
+                     ceph_cluster.image_spec(unused))
+    pool.refresh(0)
+    conf.config(remove_unused_base_images=True,
+                remove_unused_original_minimum_age_seconds=0,
+                group='image_cache')
+    with mock.patch.object(stock_driver.LibvirtDriver,
+                           'manage_image_cache') as stock:
+        rbd_driver.manage_image_cache(None, [])
+    stock.assert_called_once()
+    assert sorted(ceph_cluster.images()) == [upload]

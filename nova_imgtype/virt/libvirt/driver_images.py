@@ -29,7 +29,9 @@ import nova_imgtype.conf
 from nova_imgtype import exception
 from nova_imgtype.virt.libvirt import backends
 from nova_imgtype.virt.libvirt import imagecache
+from nova_imgtype.virt.libvirt import pools as pools_mod
 from nova_imgtype.virt.libvirt import resolver as resolver_mod
+from nova_imgtype.virt.libvirt import storage_rbd
 from nova_imgtype.virt.libvirt.template_handlers import base as handlers
 
 LOG = logging.getLogger(__name__)
@@ -144,6 +146,28 @@ class Images(libvirt_driver.LibvirtDriver):
                  'a link: image %(image)s is downloaded, not linked',
                  {'backend': backend.__name__, 'image': image_id})
         return self._downloading_handler
+
+    def manage_image_cache(self, context: Any, *args: Any,
+                           **kwargs: Any) -> None:
+        """Stock's image cache pass, then the templates of rbd pools that
+        nothing uses any more (:func:`storage_rbd.remove_unused_templates`,
+        with ``[image_cache]``'s rules)."""
+        super().manage_image_cache(context, *args, **kwargs)
+        if not CONF.image_cache.remove_unused_base_images:
+            return
+        base_dir = os.path.join(CONF.instances_path,
+                                CONF.image_cache.subdirectory_name)
+        for spec in pools_mod.host_specs(CONF,
+                                         self._resolver.pool_backends()):
+            if spec.type != 'rbd':
+                continue
+            try:
+                storage_rbd.remove_unused_templates(
+                    self._pools, self._pools.get(spec.name), base_dir,
+                    CONF.image_cache.remove_unused_original_minimum_age_seconds)
+            except Exception as e:  # noqa: BLE001 - the next pass retries
+                LOG.error('Could not remove unused templates of storage pool '
+                          '%(pool)s: %(e)s', {'pool': spec.name, 'e': e})
 
     def snapshot(self, context: Any, instance: objects.Instance,
                  image_id: str, update_task_state: Any) -> None:

@@ -16,17 +16,23 @@ RBD clones of it, and the network disk the guest gets (libvirt 9.0 refuses
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
+import libvirt
 from nova import utils
 from nova.virt.image import model as imgmodel
 from nova.virt.libvirt import imagebackend
+from oslo_concurrency import processutils
 from oslo_config import cfg
+from oslo_log import log as logging
+from oslo_serialization import jsonutils
 
 from nova_imgtype.virt.libvirt import pools as pools_mod
 from nova_imgtype.virt.libvirt import storage
 
 CONF = cfg.CONF
+LOG = logging.getLogger(__name__)
 
 
 class RbdStorage(storage.LibvirtStorage):
@@ -97,3 +103,58 @@ class RbdStorage(storage.LibvirtStorage):
             disk.auth_secret_uuid = source.auth_secret_uuid
         return disk
 
+
+
+def _age_seconds(ceph_pool: str, image: str, now: float) -> float | None:
+    """Seconds since the rbd image was created (``rbd info``), None when
+    Ceph does not say."""
+    cli = (('--conf', CONF.libvirt.images_rbd_ceph_conf)
+           if CONF.libvirt.images_rbd_ceph_conf else ()) + (
+        ('--id', CONF.libvirt.rbd_user) if CONF.libvirt.rbd_user else ())
+    out, _err = processutils.execute('rbd', 'info', '--format', 'json',
+                                     '%s/%s' % (ceph_pool, image), *cli)
+    stamp = jsonutils.loads(out).get('create_timestamp')
+    if not stamp:
+        return None
+    # The rbd CLI prints it in this host's local time.
+    created = time.mktime(time.strptime(stamp, '%a %b %d %H:%M:%S %Y'))
+    return now - created
+
+
+def remove_unused_templates(pools: pools_mod.StoragePools, pool: Any,
+                            base_dir: str, min_age: float,
+                            now: float | None = None) -> list[str]:
+    """Remove the rbd pool's templates nothing uses any more.
+
+    A template goes when this host's image cache no longer has its file
+    (the cache manager removed it by ``[image_cache]``'s age rules), it is
+    at least ``min_age`` seconds old (another compute may have uploaded it
+    a moment ago, to clone it next), and Ceph lets it go: libvirt deletes
+    it with its snapshots, which Ceph refuses while a snapshot has clones,
+    whichever host made them. Uploads in progress are never touched.
+
+    :returns: the names removed.
+    """
+    now = time.time() if now is None else now
+    ceph_pool = pools_mod.pool_source(pool).source
+    removed = []
+    for vol in list(pools.volumes(pool, pools_mod.RBD_TEMPLATE_PREFIX)):
+        name = vol.name()
+        cached = name[len(pools_mod.RBD_TEMPLATE_PREFIX):]
+        if '.part-' in name or os.path.exists(os.path.join(base_dir,
+                                                           cached)):
+            continue
+        age = _age_seconds(ceph_pool, name, now)
+        if age is None or age < min_age:
+            continue
+        try:
+            vol.delete(libvirt.VIR_STORAGE_VOL_DELETE_WITH_SNAPSHOTS)
+        except libvirt.libvirtError as e:
+            LOG.debug('Template %s kept (in use by clones): %s', name, e)
+            continue
+        LOG.info('Removed unused template %s from Ceph pool %s', name,
+                 ceph_pool)
+        removed.append(name)
+    if removed:
+        pool.refresh(0)
+    return removed
