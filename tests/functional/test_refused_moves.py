@@ -62,21 +62,25 @@ class RefusedMoveTest(base.ImgtypeServersTestBase):
         rp_uuid = self._get_provider_uuid_by_host(hostname)
         return set(self._get_provider_traits(rp_uuid))
 
-    def test_migration_to_host_without_backend_is_refused(self) -> None:
+    def _server_on_the_hostbound_backend(self) -> tuple[dict, str, str]:
+        """compute1 serves the hostbound backend, compute2 does not; a
+        server on it on compute1: (server, its disk, qemu-img info)."""
         self.start_compute('compute1', images_type='flat',
                            images_type_mapping='qcow2:hostbound')
         self.start_compute('compute2', images_type='flat')
+        image = self.create_image('qcow2', size_mb=4)
+        server = self.boot_server(image['id'], host='compute1')
+        disk = self.instance_path(server, 'disk')
+        return server, disk, base.qemu_img_info(disk)
+
+    def test_migration_to_host_without_backend_is_refused(self) -> None:
+        server, disk, before = self._server_on_the_hostbound_backend()
         self.assertIn('CUSTOM_IMGTYPE_BACKEND_HOSTBOUND',
                       self._traits('compute1'))
         self.assertNotIn('CUSTOM_IMGTYPE_BACKEND_HOSTBOUND',
                          self._traits('compute2'))
         self.assertIn('CUSTOM_IMGTYPE_BACKEND_QCOW2',
                       self._traits('compute2'))
-
-        image = self.create_image('qcow2', size_mb=4)
-        server = self.boot_server(image['id'], host='compute1')
-        disk = self.instance_path(server, 'disk')
-        before = base.qemu_img_info(disk)
 
         # The destination claims and reports its traits with its own options
         # (one CONF in this harness, one per nova-compute in real life).
@@ -112,13 +116,7 @@ class RefusedMoveTest(base.ImgtypeServersTestBase):
         no nova-imgtype, no backend trait at all) is never chosen and
         nothing is touched."""
         self.enable_image_type_filter()
-        self.start_compute('compute1', images_type='flat',
-                           images_type_mapping='qcow2:hostbound')
-        self.start_compute('compute2', images_type='flat')
-        image = self.create_image('qcow2', size_mb=4)
-        server = self.boot_server(image['id'], host='compute1')
-        disk = self.instance_path(server, 'disk')
-        before = base.qemu_img_info(disk)
+        server, disk, before = self._server_on_the_hostbound_backend()
 
         with self.on_compute('compute2'):
             # Not named: the scheduler chooses, and finds no host.
