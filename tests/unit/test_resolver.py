@@ -192,3 +192,29 @@ def test_mapping_to_libvirt_storage_means_native_on_pools(conf, resolver):
     d = resolver.decide('vmdk')
     assert (d.backend, d.storage, d.is_native('vmdk')) == ('flat', 'pools',
                                                            False)
+
+
+@pytest.mark.parametrize('file_format,backend', [('qcow2', 'qcow2'),
+                                                 ('raw', 'flat')])
+def test_adopted_files_keep_their_format_in_the_pool(conf, resolver,
+                                                     file_format, backend):
+    conf.config(group='libvirt', images_type='lvm', use_storage_pools=True,
+                images_volume_group='vg')
+    legacy = resolver_mod.BackendDecision('qcow2', ('qcow2',))
+    got = resolver.adopted(legacy, file_format)
+    # The dir pool of a host whose own images_type is lvm.
+    assert got == resolver_mod.BackendDecision(
+        backend, ('qcow2',), resolver_mod.POOLS, 'nova-disks-pool-dir')
+
+
+@pytest.mark.parametrize('pooled,storage', [(True, resolver_mod.POOLS),
+                                            (False, resolver_mod.LEGACY)])
+def test_disks_made_anew_go_where_the_host_makes_new_ones(
+        conf, resolver, pooled, storage):
+    conf.config(group='libvirt', images_type='qcow2',
+                use_storage_pools=pooled)
+    for was in (resolver_mod.BackendDecision('qcow2'),
+                resolver_mod.BackendDecision('qcow2', (), resolver_mod.POOLS,
+                                             'elsewhere')):
+        got = resolver.made_anew(was)
+        assert (got.storage, bool(got.pool)) == (storage, pooled)

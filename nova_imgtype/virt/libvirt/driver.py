@@ -266,15 +266,14 @@ class LibvirtDriver(driver_images.Images, driver_live.LiveMigration,
         new disks of the instance's backend (a legacy instance moves into
         the pools, a pool instance on a host without pools gets files)."""
         decision = self._resolver.decision_for(instance)
-        storage = self._resolver.storage_for(decision.backend)
-        new = self._resolver.with_storage(decision, storage)
+        new = self._resolver.made_anew(decision)
         if new == decision:
             return
         self._resolver.record(instance, new)
         instance.save()
         LOG.info('Unshelved disks of backend %(backend)s are made as '
                  '%(storage)s storage (were %(was)s)',
-                 {'backend': decision.backend, 'storage': storage,
+                 {'backend': decision.backend, 'storage': new.storage,
                   'was': decision.storage}, instance=instance)
 
     def _cleanup(self, context: Any, instance: objects.Instance,

@@ -9,7 +9,6 @@ methods of one concern and calling the next part (``super()``).
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 from typing import Any
@@ -111,10 +110,7 @@ class PoolDisks(libvirt_driver.LibvirtDriver):
             return
         fmt = images.qemu_img_info(
             os.path.join(instance_dir, names[0])).file_format
-        backend = 'qcow2' if fmt == 'qcow2' else 'flat'
-        moved = self._resolver.with_storage(
-            dataclasses.replace(decision, backend=backend),
-            resolver_mod.POOLS)
+        moved = self._resolver.adopted(decision, fmt)
         # Recorded before any file moves: after a crash the record says
         # "pools" and the next start finishes the move
         # (_finish_interrupted_moves); a failure puts both back.

@@ -258,6 +258,21 @@ class BackendResolver:
             return decision
         return self.with_storage(decision, self.storage_for(decision.backend))
 
+    def adopted(self, decision: BackendDecision,
+                file_format: str) -> BackendDecision:
+        """A legacy instance whose disk files (of ``file_format``) this
+        host's dir pool adopts as they are: a qcow2 file is a qcow2
+        volume, anything else a raw one (``flat``)."""
+        backend = 'qcow2' if file_format == 'qcow2' else 'flat'
+        return self.with_storage(
+            dataclasses.replace(decision, backend=backend), POOLS)
+
+    def made_anew(self, decision: BackendDecision) -> BackendDecision:
+        """An instance whose disks this host makes anew (unshelve): where
+        it makes new disks of the backend."""
+        return self.with_storage(decision,
+                                 self.storage_for(decision.backend))
+
     @staticmethod
     def record_arrival(instance: objects.Instance, host: str,
                        decision: BackendDecision, directory: str) -> None:
