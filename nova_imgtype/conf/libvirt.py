@@ -80,9 +80,9 @@ Existing (legacy) instances keep working; their disks move into the pools
 on their next hard reboot, resize, cold migration, live block migration or
 unshelve, and nova-compute logs at start how many remain. Instances on dir
 pools live-migrate (block migration: the destination makes their disks in
-its own pool, or as files when it has none, and libvirt copies the data);
-those on logical and rbd pools do not (refused with a clear error). Their
-snapshots are cold.
+its own pool, or as files when it has none, and libvirt copies the data),
+those on rbd pools without copying (shared); those on logical pools do not
+(refused with a clear error). Their snapshots are cold.
 
 Possible values:
 

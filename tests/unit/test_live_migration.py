@@ -358,8 +358,9 @@ def test_rollback_removes_what_the_destination_made(
 
 @pytest.mark.parametrize('arrived', [True, False])
 def test_arrived_instance_records_where_its_disks_are(
-        make_driver, arrived):  # noqa: F811
-    drv = make_driver(images_type='flat', use_storage_pools=False)
+        make_driver, test_pools, arrived):  # noqa: F811
+    drv = test_pools(make_driver(images_type='flat',
+                                 use_storage_pools=False))
     inst = _instance(imgtype_backend='qcow2', imgtype_storage='pools',
                      imgtype_pool='nova-disks-pool',
                      imgtype_native_formats='qcow2')
@@ -380,3 +381,36 @@ def test_arrived_instance_records_where_its_disks_are(
         # Shared storage: nothing was made here, nothing changes.
         assert (got.storage, got.pool) == (resolver_mod.POOLS,
                                            'nova-disks-pool')
+
+
+def test_rbd_pool_instances_live_migrate_without_copy(
+        make_driver, test_pools):  # noqa: F811
+    drv = test_pools(make_driver(use_storage_pools=True))
+    inst = _instance(imgtype_backend='rbd', imgtype_storage='pools',
+                     imgtype_pool='nova-disks-pool-rbd')
+    with mock.patch.object(drv, '_instance_pool'), \
+            mock.patch('nova_imgtype.virt.libvirt.pools.pool_type',
+                       return_value='rbd'), \
+            mock.patch.object(STOCK, 'check_can_live_migrate_source',
+                              return_value='checked') as stock:
+        assert drv.check_can_live_migrate_source(None, inst, None) == \
+            'checked'
+    stock.assert_called_once()
+
+
+def test_shared_rbd_volumes_are_recorded_in_this_hosts_pool(
+        make_driver, test_pools):  # noqa: F811
+    """The same Ceph pool is ``nova-disks-pool`` on a host whose
+    images_type is rbd and ``nova-disks-pool-rbd`` where it is not."""
+    drv = test_pools(make_driver(images_type='rbd', use_storage_pools=True,
+                                 images_rbd_pool='vms'))
+    inst = _instance(imgtype_backend='rbd', imgtype_storage='pools',
+                     imgtype_pool='nova-disks-pool-rbd')
+    with mock.patch.object(STOCK, 'post_live_migration_at_destination'), \
+            mock.patch.object(objects.Instance, 'get_by_uuid',
+                              return_value=_instance()):
+        drv.post_live_migration_at_destination(None, inst, None, False,
+                                               None)
+    got = drv._resolver.recorded(inst)
+    assert (got.backend, got.storage, got.pool) == (
+        'rbd', resolver_mod.POOLS, pools.DISKS_POOL)

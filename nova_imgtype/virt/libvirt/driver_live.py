@@ -70,8 +70,10 @@ class LiveMigration(libvirt_driver.LibvirtDriver):
                                       block_device_info: Any = None) -> Any:
         decision = self._resolver.decision_for(instance)
         if decision.storage == resolver_mod.POOLS:
+            # dir volumes are copied (block migration); rbd ones are shared
+            # by every host of the cluster and stay where they are.
             kind = pools_mod.pool_type(self._instance_pool(instance))
-            if kind != 'dir':
+            if kind not in ('dir', 'rbd'):
                 reason = exception.NotSupportedOnPools(
                     operation='Live migration of disks on %s pools' % kind,
                     instance_uuid=instance.uuid)
@@ -248,8 +250,16 @@ class LiveMigration(libvirt_driver.LibvirtDriver):
         super().post_live_migration_at_destination(
             context, instance, *args, **kwargs)
         decision = self._resolver.recorded(instance)
-        if decision is None or self._end_arrival(context, instance) is None:
-            # Shared storage: the disks are where they were.
+        if decision is None:
+            return
+        if self._end_arrival(context, instance) is None:
+            # Shared storage: the disks are where they were, in this host's
+            # pool of the same storage (an rbd pool may have another name
+            # here).
+            here = (self._pools_here(decision)
+                    if decision.storage == resolver_mod.POOLS else decision)
+            if here != decision:
+                self._resolver.record(instance, here)
             return
         # The disks are where pre_live_migration made them; the compute
         # manager saves the instance after this.
