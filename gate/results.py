@@ -273,7 +273,7 @@ def _commit() -> str:
         return proc.stdout.strip() if proc.returncode == 0 else ''
     head = git('rev-parse', '--short', 'HEAD')
     dirty = git('status', '--porcelain', '--untracked-files=no', '--',
-                ':!gate/results')
+                ':(top,exclude)gate/results')
     return (head or '-') + ('+' if dirty else '')
 
 
