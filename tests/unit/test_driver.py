@@ -452,21 +452,6 @@ def test_pool_instances_on_dir_pools_may_live_migrate(make_driver,
     lv.assert_called_once()
 
 
-def test_pool_instances_on_logical_pools_refuse_live_migration(
-        make_driver, test_pools):
-    drv = test_pools(make_driver(use_storage_pools=True))
-    inst = _instance(imgtype_backend='lvm', imgtype_storage='pools',
-                     imgtype_pool='nova-disks-pool-logical')
-    with mock.patch.object(drv, '_instance_pool'), \
-            mock.patch('nova_imgtype.virt.libvirt.pools.pool_type',
-                       return_value='logical'), \
-            mock.patch.object(STOCK, 'check_can_live_migrate_source') as lv:
-        with pytest.raises(nova_exception.MigrationPreCheckError,
-                           match='logical pools.*' + inst.uuid):
-            drv.check_can_live_migrate_source(None, inst, None)
-    lv.assert_not_called()
-
-
 @pytest.mark.parametrize('dest_traits,outcome', [
     # The backend on pools there: volumes to its pool.
     (('CUSTOM_IMGTYPE_BACKEND_QCOW2',

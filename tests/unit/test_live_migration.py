@@ -384,19 +384,29 @@ def test_arrived_instance_records_where_its_disks_are(
                                            'nova-disks-pool')
 
 
-def test_rbd_pool_instances_live_migrate_without_copy(
-        make_driver, test_pools):  # noqa: F811
+@pytest.mark.parametrize('kind,refused', [
+    ('rbd', False),        # shared Ceph volumes: nothing to copy
+    ('logical', True),     # not supported: refused naming the instance
+])
+def test_live_migration_source_check_by_pool_type(
+        make_driver, test_pools, kind, refused):  # noqa: F811
     drv = test_pools(make_driver(use_storage_pools=True))
-    inst = _instance(imgtype_backend='rbd', imgtype_storage='pools',
-                     imgtype_pool='nova-disks-pool-rbd')
+    inst = _instance(imgtype_backend='rbd' if kind == 'rbd' else 'lvm',
+                     imgtype_storage='pools',
+                     imgtype_pool='nova-disks-pool-%s' % kind)
     with mock.patch.object(drv, '_instance_pool'), \
             mock.patch('nova_imgtype.virt.libvirt.pools.pool_type',
-                       return_value='rbd'), \
+                       return_value=kind), \
             mock.patch.object(STOCK, 'check_can_live_migrate_source',
                               return_value='checked') as stock:
-        assert drv.check_can_live_migrate_source(None, inst, None) == \
-            'checked'
-    stock.assert_called_once()
+        if refused:
+            with pytest.raises(nova_exception.MigrationPreCheckError,
+                               match='logical pools.*' + inst.uuid):
+                drv.check_can_live_migrate_source(None, inst, None)
+        else:
+            assert drv.check_can_live_migrate_source(None, inst,
+                                                     None) == 'checked'
+    assert stock.called is not refused
 
 
 def test_shared_rbd_volumes_are_recorded_in_this_hosts_pool(

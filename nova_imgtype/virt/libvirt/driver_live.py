@@ -31,6 +31,14 @@ LOG = logging.getLogger(__name__)
 CONF: cfg.ConfigOpts = nova_imgtype.conf.CONF
 
 
+def _copies_disks(migrate_data: Any) -> bool:
+    """Whether the migration copies the instance's disks (a block
+    migration between hosts sharing neither instance path nor disks)."""
+    return bool(migrate_data.block_migration and
+                not migrate_data.is_shared_instance_path and
+                not migrate_data.is_shared_block_storage)
+
+
 class LiveMigration(libvirt_driver.LibvirtDriver):
     """Live migration of instances on pools and files."""
 
@@ -138,9 +146,7 @@ class LiveMigration(libvirt_driver.LibvirtDriver):
         XML this host gets.
         """
         decision = self._resolver.recorded(instance)
-        if (decision is None or not migrate_data.block_migration or
-                migrate_data.is_shared_instance_path or
-                migrate_data.is_shared_block_storage):
+        if decision is None or not _copies_disks(migrate_data):
             return super().pre_live_migration(
                 context, instance, block_device_info, network_info,
                 disk_info, migrate_data, *args, **kwargs)
@@ -194,9 +200,7 @@ class LiveMigration(libvirt_driver.LibvirtDriver):
             no disks for it (one without nova-imgtype).
         """
         decision = self._resolver.recorded(instance)
-        if (decision is None or not migrate_data.block_migration or
-                migrate_data.is_shared_instance_path or
-                migrate_data.is_shared_block_storage):
+        if decision is None or not _copies_disks(migrate_data):
             return guest
         arrival = self._resolver.recorded_arrival(
             self._fresh(context, instance), dest)

@@ -34,6 +34,14 @@ CONF: cfg.ConfigOpts = nova_imgtype.conf.CONF
 MOVABLE_DISK = re.compile(r'^disk(\.local|\.swap|\.eph\d+)?$')
 
 
+def _movable_files(instance_dir: str) -> list[str]:
+    """The legacy disk files in an instance directory (none without it)."""
+    if not os.path.isdir(instance_dir):
+        return []
+    return sorted(n for n in os.listdir(instance_dir)
+                  if MOVABLE_DISK.match(n))
+
+
 class PoolDisks(libvirt_driver.LibvirtDriver):
     """Disks of an instance on a storage pool."""
 
@@ -104,8 +112,7 @@ class PoolDisks(libvirt_driver.LibvirtDriver):
                      instance=instance)
             return
         instance_dir = libvirt_utils.get_instance_path(instance)
-        names = sorted(n for n in os.listdir(instance_dir)
-                       if MOVABLE_DISK.match(n))
+        names = _movable_files(instance_dir)
         if not names:
             return
         fmt = images.qemu_img_info(
@@ -165,9 +172,7 @@ class PoolDisks(libvirt_driver.LibvirtDriver):
             if decision is None or decision.storage != resolver_mod.POOLS:
                 continue
             instance_dir = libvirt_utils.get_instance_path(inst)
-            names = sorted(n for n in os.listdir(instance_dir)
-                           if MOVABLE_DISK.match(n)) if os.path.isdir(
-                instance_dir) else []
+            names = _movable_files(instance_dir)
             if not names:
                 continue
             try:
@@ -273,10 +278,3 @@ class PoolDisks(libvirt_driver.LibvirtDriver):
                 instance, os.path.basename(path), 'raw')
             if not disk.is_file_in_instance_path():
                 setattr(guest, attr, disk.path)
-
-    def _refuse_on_pools(self, instance: objects.Instance,
-                         operation: str) -> None:
-        if self._resolver.decision_for(instance).storage == \
-                resolver_mod.POOLS:
-            raise exception.NotSupportedOnPools(
-                operation=operation, instance_uuid=instance.uuid)
