@@ -98,13 +98,14 @@ def compare(stock: Mapping[str, Any], plugin: Mapping[str, Any],
     failed_checks = [c['name'] for c in checks if c['status'] != 'passed']
     problems = []
     if defects:
-        problems.append('%d DEFECT(s): passed on stock, not on the plugin'
-                        % len(defects))
+        problems.append('%d DEFECT(s): passed on stock, not on the plugin: '
+                        '%s' % (len(defects), ', '.join(defects)))
     if plugin_failures:
-        problems.append('%d test(s) failed on the plugin'
-                        % len(plugin_failures))
+        problems.append('%d test(s) failed on the plugin: %s'
+                        % (len(plugin_failures), ', '.join(plugin_failures)))
     if failed_checks:
-        problems.append('%d gate check(s) failed' % len(failed_checks))
+        problems.append('%d gate check(s) failed: %s'
+                        % (len(failed_checks), ', '.join(failed_checks)))
     if both < min_passed:
         problems.append('only %d upstream tests pass on both (at least %d '
                         'wanted)' % (both, min_passed))

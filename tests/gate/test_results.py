@@ -45,6 +45,11 @@ def test_compare_verdicts() -> None:
         'tempest.api.a.T.test_only_stock',
         'tempest.api.a.T.test_regressed',
         'tempest.api.a.T.test_skipped_on_plugin']
+    # The summary names them: CI shows only the end of the gate's output.
+    assert cmp['summary']['problems'][0] == (
+        '3 DEFECT(s): passed on stock, not on the plugin: '
+        'tempest.api.a.T.test_only_stock, tempest.api.a.T.test_regressed, '
+        'tempest.api.a.T.test_skipped_on_plugin')
     assert verdicts['tempest.api.a.T.test_both'] == 'ok'
     assert verdicts['tempest.api.a.T.test_skip_both'] == 'ok'
     assert verdicts['tempest.api.a.T.test_fail_both'] == 'failed on both'
@@ -118,7 +123,7 @@ def test_checks_of_gate_checks() -> None:
     ok = _run('s', {'tempest.x': P})
     cmp = results.compare(ok, ok, checks, min_passed=1)
     assert [c['status'] for c in cmp['checks']] == ['passed', 'failed']
-    assert cmp['summary']['problems'] == ['1 gate check(s) failed']
+    assert cmp['summary']['problems'] == ['1 gate check(s) failed: precache']
     md = results.render_md(cmp)
     assert '| traits | pass | compute1: ok |' in md
     assert '| precache | ERROR | KeyError: x |' in md
@@ -133,6 +138,7 @@ def test_own_tests_must_pass_upstream_failing_on_both_is_listed() -> None:
     verdicts = {r['id']: r['verdict'] for r in cmp['tests']}
     assert verdicts == {own: 'plugin failed', upstream: 'failed on both',
                         'tempest.x': 'ok'}
-    assert cmp['summary']['problems'] == ['1 test(s) failed on the plugin']
+    assert cmp['summary']['problems'] == [
+        '1 test(s) failed on the plugin: ' + own]
     plugin = _run('plugin', {own: P, upstream: F, 'tempest.x': P})
     assert results.compare(stock, plugin, min_passed=1)['summary']['ok']

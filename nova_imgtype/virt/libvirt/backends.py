@@ -3,9 +3,11 @@ stevedore namespace.
 
 An image backend is a subclass of Nova's
 :class:`nova.virt.libvirt.imagebackend.Image`. Stock Nova's own backends
-(``raw``, ``flat``, ``qcow2``, ``lvm``, ``rbd``, ``ploop``) are registered to
-Nova's classes by this package's ``setup.cfg``; a third-party backend becomes
-usable in ``[libvirt]images_type_mapping`` by registering there too.
+(``lvm``, ``rbd``, ``ploop``) are registered to Nova's classes by this
+package's ``setup.cfg``; ``raw``/``flat`` and ``qcow2`` to thin subclasses
+that mend a stock defect each (:mod:`.flat`, :mod:`.qcow2`). A third-party
+backend becomes usable in ``[libvirt]images_type_mapping`` by registering
+there too.
 
 Two optional class attributes let a backend take part in the mapping:
 
@@ -29,6 +31,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from collections.abc import Sequence
+from typing import Any
 
 from nova.virt.libvirt import imagebackend
 from oslo_config import cfg
@@ -96,7 +99,8 @@ _STOCK_HOST_CHECKS: dict[BackendClass,
 # Stock backends that never alias their template: Qcow2 makes overlays on
 # it, Lvm (qemu-img convert) and Rbd (rbd import) copy its data. Stock
 # Flat copies it with ``cp -r``, a link as a link: this package registers
-# its own Flat (:mod:`.flat`) instead.
+# its own Flat (:mod:`.flat`) instead. (Stock Qcow2 stays listed for a
+# third party registering it.)
 _STOCK_LINK_SAFE: tuple[BackendClass, ...] = (
     imagebackend.Qcow2, imagebackend.Lvm, imagebackend.Rbd)
 
@@ -165,3 +169,10 @@ def accepts_linked_templates(cls: type) -> bool:
     if declared is not None:
         return bool(declared)
     return cls in _STOCK_LINK_SAFE
+
+
+def fetch_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The keyword arguments of ``create_image`` that stock passes on to
+    the fetch function (``prepare_template``): all but ``create_image``'s
+    own ``safe``."""
+    return {k: v for k, v in kwargs.items() if k != 'safe'}

@@ -22,6 +22,8 @@ from nova.virt.libvirt import imagebackend
 from oslo_log import log as logging
 from oslo_utils import fileutils
 
+from nova_imgtype.virt.libvirt import backends
+
 LOG = logging.getLogger(__name__)
 
 
@@ -39,7 +41,8 @@ class Flat(imagebackend.Flat):
             if not os.path.exists(base):
                 # As stock (which then finds it there): the fetch function
                 # passed by Image.cache() takes the template's lock.
-                prepare_template(*args, target=base, **_fetch_kwargs(kwargs))
+                prepare_template(*args, target=base,
+                                 **backends.fetch_kwargs(kwargs))
             if os.path.islink(base):
                 self._copy_linked_template(base)
         super().create_image(prepare_template, base, size, *args, **kwargs)
@@ -59,8 +62,3 @@ class Flat(imagebackend.Flat):
 
         copy()
 
-
-def _fetch_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The keyword arguments stock passes on to the fetch function
-    (``create_image``'s own ``safe`` is not one of them)."""
-    return {k: v for k, v in kwargs.items() if k != 'safe'}
