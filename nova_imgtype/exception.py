@@ -48,6 +48,17 @@ class BackendNotServedByHost(ImgtypeException, nova_exception.Invalid):
                 "which host %(host)s cannot serve: %(reason)s")
 
 
+class DestinationWithoutImgtype(ImgtypeException, nova_exception.Invalid):
+    """A move's destination runs no nova-imgtype: it reports no
+    ``CUSTOM_IMGTYPE_BACKEND_*`` trait to placement."""
+
+    msg_fmt = _("Destination host %(host)s runs no nova-imgtype (it reports "
+                "no CUSTOM_IMGTYPE_BACKEND_* trait to placement): it would "
+                "not use the disks of instance %(instance_uuid)s, which are "
+                "on image backend %(backend)r (%(storage)s) recorded by "
+                "nova-imgtype")
+
+
 class StorageException(ImgtypeException):
     """Base of the storage pool errors; each names the pool."""
 

@@ -10,7 +10,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 import os_traits
+from nova.scheduler.client import report
 
 NATIVE_PREFIX = 'IMGTYPE_NATIVE_'
 BACKEND_PREFIX = 'IMGTYPE_BACKEND_'
@@ -36,3 +40,18 @@ def backend_trait(backend: str) -> str:
 def ours(trait: str, prefix: str) -> bool:
     """Whether ``trait`` is one of our custom traits of ``prefix``."""
     return trait.startswith(os_traits.CUSTOM_NAMESPACE + prefix)
+
+
+def reported(context: Any, provider_uuids: Iterable[str]) -> set[str]:
+    """Every trait placement holds for these resource providers."""
+    client = report.report_client_singleton()
+    found: set[str] = set()
+    for uuid in provider_uuids:
+        found |= set(client.get_provider_traits(context, uuid).traits)
+    return found
+
+
+def runs_imgtype(node_traits: Iterable[str]) -> bool:
+    """Whether a node of these traits runs nova-imgtype (every such node
+    reports at least one ``CUSTOM_IMGTYPE_BACKEND_*`` trait)."""
+    return any(ours(t, BACKEND_PREFIX) for t in node_traits)

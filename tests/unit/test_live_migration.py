@@ -394,7 +394,10 @@ def test_live_migration_source_check_by_pool_type(
     inst = _instance(imgtype_backend='rbd' if kind == 'rbd' else 'lvm',
                      imgtype_storage='pools',
                      imgtype_pool='nova-disks-pool-%s' % kind)
+    # (Which host it goes to: test_stock_destinations.)
     with mock.patch.object(drv, '_instance_pool'), \
+            mock.patch.object(objects.MigrationList, 'get_by_filters',
+                              return_value=[]), \
             mock.patch('nova_imgtype.virt.libvirt.pools.pool_type',
                        return_value=kind), \
             mock.patch.object(STOCK, 'check_can_live_migrate_source',

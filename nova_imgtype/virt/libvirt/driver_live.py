@@ -23,6 +23,7 @@ from oslo_serialization import jsonutils
 
 import nova_imgtype.conf
 from nova_imgtype import exception
+from nova_imgtype import traits
 from nova_imgtype.virt.libvirt import live_migration
 from nova_imgtype.virt.libvirt import pools as pools_mod
 from nova_imgtype.virt.libvirt import resolver as resolver_mod
@@ -76,6 +77,7 @@ class LiveMigration(libvirt_driver.LibvirtDriver):
                                       instance: objects.Instance,
                                       dest_check_data: Any,
                                       block_device_info: Any = None) -> Any:
+        self._check_destination_runs_imgtype(context, instance)
         decision = self._resolver.decision_for(instance)
         if decision.storage == resolver_mod.POOLS:
             # dir volumes are copied (block migration); rbd ones are shared
@@ -90,6 +92,35 @@ class LiveMigration(libvirt_driver.LibvirtDriver):
         return super().check_can_live_migrate_source(
             context, instance, dest_check_data,
             block_device_info=block_device_info)
+
+    def _check_destination_runs_imgtype(self, context: Any,
+                                        instance: objects.Instance) -> None:
+        """Refuse a live migration of an instance recorded by nova-imgtype
+        to a host that runs no nova-imgtype (no ``CUSTOM_IMGTYPE_BACKEND_*``
+        trait in placement), before anything is touched.
+
+        The scheduler's ``instance_backend`` request filter never picks
+        such a host; a forced live migration (microversions 2.30 to 2.67)
+        bypasses the scheduler, and the destination's own check is then
+        stock's. The destination is the one of the conductor's migration
+        record, still ``accepted`` while the hosts are checked.
+        """
+        decision = self._resolver.recorded(instance)
+        if decision is None:
+            return
+        migrations = objects.MigrationList.get_by_filters(context, {
+            'instance_uuid': instance.uuid,
+            'migration_type': 'live-migration',
+            'status': ['accepted', 'queued', 'preparing']})
+        for dest in {m.dest_compute for m in migrations if m.dest_compute}:
+            nodes = objects.ComputeNodeList.get_all_by_host(context, dest)
+            if not traits.runs_imgtype(
+                    traits.reported(context, [n.uuid for n in nodes])):
+                raise nova_exception.MigrationPreCheckError(reason=str(
+                    exception.DestinationWithoutImgtype(
+                        host=dest, instance_uuid=instance.uuid,
+                        backend=decision.backend,
+                        storage=decision.storage)))
 
     def get_instance_disk_info(self, instance: objects.Instance,
                                *args: Any, **kwargs: Any) -> Any:

@@ -14,7 +14,6 @@ from typing import Any
 from nova import exception as nova_exception
 from nova import objects
 from nova.i18n import _
-from nova.scheduler.client import report
 from nova.virt.libvirt import driver as libvirt_driver
 from nova.virt.libvirt import utils as libvirt_utils
 from oslo_config import cfg
@@ -24,6 +23,7 @@ from oslo_utils import excutils
 from oslo_utils import fileutils
 
 import nova_imgtype.conf
+from nova_imgtype import exception
 from nova_imgtype import traits
 from nova_imgtype.virt.libvirt import driver_pools
 from nova_imgtype.virt.libvirt import pools as pools_mod
@@ -31,7 +31,6 @@ from nova_imgtype.virt.libvirt import resolver as resolver_mod
 
 LOG = logging.getLogger(__name__)
 CONF: cfg.ConfigOpts = nova_imgtype.conf.CONF
-
 
 
 class ColdMoves(libvirt_driver.LibvirtDriver):
@@ -43,8 +42,10 @@ class ColdMoves(libvirt_driver.LibvirtDriver):
 
         Asked of placement before anything is touched: the destination
         node reports one ``CUSTOM_IMGTYPE_BACKEND_<NAME>`` trait per backend
-        it can serve. A destination reporting none runs no nova-imgtype, and
-        the move goes on as in stock Nova. A pool instance may move to a
+        it can serve. A destination reporting none runs no nova-imgtype and
+        would not use the instance's disks: refused (the scheduler's
+        ``instance_backend`` request filter never picks it; this holds
+        where the scheduler runs without it). A pool instance may move to a
         host without storage pools that serves its backend: its volumes
         become that backend's files there.
 
@@ -58,15 +59,15 @@ class ColdMoves(libvirt_driver.LibvirtDriver):
             context, instance.migration_context.migration_id)
         node = objects.ComputeNode.get_by_host_and_nodename(
             context, migration.dest_compute, migration.dest_node)
-        node_traits = report.report_client_singleton().get_provider_traits(
-            context, node.uuid).traits
-        if not any(traits.ours(t, traits.BACKEND_PREFIX)
-                   for t in node_traits):
-            LOG.warning('Destination %s reports no image backends; it does '
-                        'not run nova-imgtype and will treat this instance '
-                        'as its images_type', migration.dest_compute,
-                        instance=instance)
-            return True
+        node_traits = traits.reported(context, [node.uuid])
+        if not traits.runs_imgtype(node_traits):
+            raise nova_exception.InstanceFaultRollback(
+                nova_exception.MigrationPreCheckError(reason=str(
+                    exception.DestinationWithoutImgtype(
+                        host=migration.dest_compute,
+                        instance_uuid=instance.uuid,
+                        backend=decision.backend,
+                        storage=decision.storage))))
         if traits.backend_trait(decision.backend) not in node_traits:
             reason = _('destination host %(dest)s cannot serve image backend '
                        '%(backend)s of this instance') % {
