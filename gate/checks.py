@@ -26,6 +26,14 @@ namespaces: ``qemu-img``, ``virsh``, the image cache) and at placement:
     storage, no SSH) to the host without pools, where its disk becomes a
     file, and back into the pool; its marker reads back after each move and
     nothing of it is left on the host it left.
+``stock-destination``
+    With the host without pools restarted on stock's ``libvirt.LibvirtDriver``
+    (its nova-imgtype traits removed, as the README says), a running pool
+    instance is not moved there: a cold migration finds no valid host (the
+    ``instance_backend`` request filter), a live migration forced there
+    (microversion 2.30) is refused by the source; the instance stays, its
+    marker reads back, nothing of it is on the stock compute. That compute
+    is then back on the plugin.
 
 CLI: ``python -m gate.checks --cloud <base>/cloud.json`` prints one line
 per check and writes ``<base>/checks.json``; exit 1 if any failed.
@@ -37,7 +45,6 @@ import argparse
 import hashlib
 import json
 import os
-import subprocess
 import sys
 import time
 import traceback
@@ -45,113 +52,20 @@ import uuid
 from collections.abc import Callable
 from collections.abc import Mapping
 from typing import Any
-from xml.etree import ElementTree
 
+from gate import check_moves as moves
+from gate import checks_base as B
 from gate import image
 from gate import tempest
 
-Cloud = Mapping[str, Any]
-MARKER = b'nova-imgtype gate marker'
-TIMEOUT = 300.0
+# The name callers catch.
+CheckFailed = B.CheckFailed
 
 
-class CheckFailed(Exception):
-    """A check found the cloud not as it should be."""
-
-
-def _run(argv: list[str]) -> str:
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-    if proc.returncode:
-        raise CheckFailed('%s: %s' % (' '.join(argv), proc.stderr.strip()))
-    return proc.stdout
-
-
-def _compute(cloud: Cloud, host: str) -> Mapping[str, Any]:
-    for c in cloud['computes']:
-        if c['host'] == host:
-            return c
-    raise CheckFailed('no compute %s in cloud.json' % host)
-
-
-def _hosts(cloud: Cloud) -> tuple[str, str]:
-    """(the pools host, the files host) of the plugin's configuration."""
-    pools = [c['host'] for c in cloud['computes']
-             if c.get('use_storage_pools')]
-    files = [c['host'] for c in cloud['computes']
-             if not c.get('use_storage_pools')]
-    if not pools or not files:
-        raise CheckFailed('the computes are not on the plugin')
-    return pools[0], files[0]
-
-
-# -- servers -----------------------------------------------------------------
-
-def _wait(conn: Any, server: Any, status: str) -> Any:
-    deadline = time.monotonic() + TIMEOUT
-    while time.monotonic() < deadline:
-        server = conn.compute.get_server(server.id)
-        if server.status == status and not server.task_state:
-            return server
-        if server.status == 'ERROR' and status != 'ERROR':
-            raise CheckFailed('server %s ERROR: %s' % (server.id,
-                                                      server.fault))
-        time.sleep(1)
-    raise CheckFailed('server %s not %s after %ds (%s, task %s)' % (
-        server.id, status, TIMEOUT, server.status, server.task_state))
-
-
-def _boot(conn: Any, res: Mapping[str, Any], fmt: str,
-          host: str | None = None, status: str = 'ACTIVE') -> Any:
-    kwargs: dict[str, Any] = {}
-    if host:
-        kwargs['availability_zone'] = 'nova:%s' % host
-    server = conn.compute.create_server(
-        name='gate-check-%s' % uuid.uuid4().hex[:8],
-        image_id=res['images'][fmt],
-        flavor_id=res['flavors']['gate.tiny'], networks='none', **kwargs)
-    return _wait(conn, server, status)
-
-
-def _host_of(server: Any) -> str:
-    return str(server.compute_host)
-
-
-def _disk(cloud: Cloud, server: Any) -> tuple[Mapping[str, Any], str, str]:
-    """(compute, path inside its namespace, kind) of the root disk."""
-    c = _compute(cloud, _host_of(server))
-    virsh = [*c['nsenter'], 'virsh', '-c', c['libvirt_uri']]
-    xml = ElementTree.fromstring(_run([*virsh, 'dumpxml',
-                                       server.instance_name]))
-    disk = xml.find("./devices/disk[@device='disk']")
-    if disk is None:
-        raise CheckFailed('no disk in the domain of %s' % server.id)
-    source = disk.find('source')
-    assert source is not None
-    if disk.get('type') == 'volume':
-        path = _run([*virsh, 'vol-path', '--pool', source.get('pool', ''),
-                     source.get('volume', '')]).strip()
-        return c, path, 'volume'
-    path = source.get('file', '')
-    # A volume named by its path (a live-migrated guest, until its next
-    # start): libvirt knows the path as a volume of one of its pools.
-    by_path = subprocess.run([*virsh, 'vol-name', path], capture_output=True,
-                             text=True, check=False)
-    return c, path, 'volume' if by_path.returncode == 0 else 'file'
-
-
-def _chain(c: Mapping[str, Any], path: str) -> list[dict[str, Any]]:
-    out = _run([*c['nsenter'], 'qemu-img', 'info', '-U', '--backing-chain',
-                '--output=json', path])
-    chain: list[dict[str, Any]] = json.loads(out)
-    return chain
-
-
-# -- the checks -------------------------------------------------------------
-
-def check_traits(cloud: Cloud, conn: Any, res: Mapping[str, Any]) -> str:
+def check_traits(cloud: B.Cloud, conn: Any, res: Mapping[str, Any]) -> str:
     said = []
     for c in cloud['computes']:
-        out = _run([os.path.join(cloud['venv'], 'bin', 'nova-imgtype'),
+        out = B.run_cmd([os.path.join(cloud['venv'], 'bin', 'nova-imgtype'),
                     'check', '--format', 'json', '--config-file',
                     c['config']])
         want = {r['trait'] for r in json.loads(out)['formats']
@@ -162,7 +76,7 @@ def check_traits(cloud: Cloud, conn: Any, res: Mapping[str, Any]) -> str:
             microversion='1.6').json()['traits']
             if t.startswith('COMPUTE_IMAGE_TYPE_')}
         if want != got:
-            raise CheckFailed('%s: nova-imgtype check says %s, placement '
+            raise B.CheckFailed('%s: nova-imgtype check says %s, placement '
                               'has %s' % (c['host'], sorted(want),
                                           sorted(got)))
         said.append('%s: %s' % (c['host'], ', '.join(
@@ -176,9 +90,9 @@ def _cache_name(image_id: str) -> str:
     return hashlib.sha1(image_id.encode()).hexdigest()
 
 
-def check_precache(cloud: Cloud, conn: Any, res: Mapping[str, Any]) -> str:
-    pools_host, _ = _hosts(cloud)
-    c = _compute(cloud, pools_host)
+def check_precache(cloud: B.Cloud, conn: Any, res: Mapping[str, Any]) -> str:
+    pools_host, _ = B.hosts(cloud)
+    c = B.compute(cloud, pools_host)
     # A fresh upload: nothing of it is cached anywhere yet.
     fresh = conn.image.create_image(
         name='gate-precache-%s' % uuid.uuid4().hex[:8],
@@ -192,17 +106,17 @@ def check_precache(cloud: Cloud, conn: Any, res: Mapping[str, Any]) -> str:
             'cache': [{'id': fresh.id}]}, microversion='2.81')
         want = os.path.join(c['host_instances_path'], '_base',
                             '%s_qcow2' % _cache_name(fresh.id))
-        deadline = time.monotonic() + TIMEOUT
+        deadline = time.monotonic() + B.TIMEOUT
         while not os.path.exists(want):
             if time.monotonic() > deadline:
                 base = os.path.join(c['host_instances_path'], '_base')
-                raise CheckFailed('%s not cached as %s; _base has %s' % (
+                raise B.CheckFailed('%s not cached as %s; _base has %s' % (
                     fresh.id, want, sorted(os.listdir(base))
                     if os.path.isdir(base) else []))
             time.sleep(1)
         fmt = image.disk_format(want)
         if fmt != 'qcow2':
-            raise CheckFailed('pre-cached template %s is %s' % (want, fmt))
+            raise B.CheckFailed('pre-cached template %s is %s' % (want, fmt))
         return '%s: %s (qcow2, native)' % (pools_host, os.path.basename(want))
     finally:
         conn.compute.remove_host_from_aggregate(agg, pools_host)
@@ -210,17 +124,17 @@ def check_precache(cloud: Cloud, conn: Any, res: Mapping[str, Any]) -> str:
         conn.image.delete_image(fresh, ignore_missing=True)
 
 
-def check_disks(cloud: Cloud, conn: Any, res: Mapping[str, Any]) -> str:
-    pools_host, files_host = _hosts(cloud)
+def check_disks(cloud: B.Cloud, conn: Any, res: Mapping[str, Any]) -> str:
+    pools_host, files_host = B.hosts(cloud)
     said = []
     for fmt, host, want in (('qcow2', pools_host, 'volume'),
                             ('raw', files_host, 'file')):
-        server = _boot(conn, res, fmt, host)
+        server = B.boot(conn, res, fmt, host)
         try:
-            c, path, kind = _disk(cloud, server)
-            chain = _chain(c, path)
+            c, path, kind = B.disk(cloud, server)
+            chain = B.chain(c, path)
             if kind != want:
-                raise CheckFailed('%s image on %s: a %s disk, not a %s' % (
+                raise B.CheckFailed('%s image on %s: a %s disk, not a %s' % (
                     fmt, host, kind, want))
             base = os.path.join(c['instances_path'], '_base')
             if fmt == 'qcow2':
@@ -234,7 +148,7 @@ def check_disks(cloud: Cloud, conn: Any, res: Mapping[str, Any]) -> str:
                 layers = [(chain[0]['format'], chain[0]['filename'])]
                 ok = len(chain) == 1 and chain[0]['format'] == 'raw'
             if not ok:
-                raise CheckFailed('%s image on %s: %s' % (fmt, host, layers))
+                raise B.CheckFailed('%s image on %s: %s' % (fmt, host, layers))
             said.append('%s on %s: %s' % (fmt, host, ' <- '.join(
                 '%s %s' % (f, os.path.basename(p)) for f, p in layers)))
         finally:
@@ -242,154 +156,29 @@ def check_disks(cloud: Cloud, conn: Any, res: Mapping[str, Any]) -> str:
     return '; '.join(said)
 
 
-def check_novalidhost(cloud: Cloud, conn: Any,
+def check_novalidhost(cloud: B.Cloud, conn: Any,
                       res: Mapping[str, Any]) -> str:
     fmt = res['unsupported_disk_format']
-    server = _boot(conn, res, fmt, status='ERROR')
+    server = B.boot(conn, res, fmt, status='ERROR')
     try:
         fault = (server.fault or {}).get('message', '')
         if 'No valid host' not in fault:
-            raise CheckFailed('%s image: ERROR, but %r' % (fmt, fault))
+            raise B.CheckFailed('%s image: ERROR, but %r' % (fmt, fault))
         return '%s image: %s' % (fmt, fault)
     finally:
         conn.compute.delete_server(server)
 
 
-def _mark(cloud: Cloud, conn: Any, server: Any) -> tuple[Any, bytes]:
-    """Stop the server and write a new marker into its disk; (the stopped
-    server, the marker)."""
-    conn.compute.stop_server(server)
-    server = _wait(conn, server, 'SHUTOFF')
-    c, path, _ = _disk(cloud, server)
-    marker = MARKER + uuid.uuid4().hex[:6].encode()
-    image.write_marker(path, marker, argv_prefix=c['nsenter'])
-    return server, marker
-
-
-def _move(cloud: Cloud, conn: Any, res: Mapping[str, Any],
-          revert: bool, from_pools: bool = False) -> str:
-    pools_host, files_host = _hosts(cloud)
-    source = pools_host if from_pools else files_host
-    server = _boot(conn, res, 'qcow2' if from_pools else 'raw', source)
-    try:
-        server, marker = _mark(cloud, conn, server)
-        if revert:
-            conn.compute.resize_server(server, res['flavors']['gate.small'])
-        else:
-            conn.compute.migrate_server(server)
-        server = _wait(conn, server, 'VERIFY_RESIZE')
-        moved_to = _host_of(server)
-        if moved_to == source:
-            raise CheckFailed('the move stayed on %s' % source)
-        if revert:
-            conn.compute.revert_server_resize(server)
-        else:
-            conn.compute.confirm_server_resize(server)
-        server = _wait(conn, server, 'SHUTOFF')
-        c, path, kind = _disk(cloud, server)
-        got = image.read_marker(path, len(marker), argv_prefix=c['nsenter'])
-        if got != marker:
-            raise CheckFailed('after the move to %s and %s, the disk %s on '
-                              '%s reads %r, not %r' % (
-                                  moved_to, 'revert' if revert else
-                                  'confirm', path, c['host'], got, marker))
-        return '%s -> %s%s: marker read back from the %s %s on %s' % (
-            source, moved_to, ' (reverted)' if revert else '',
-            kind, os.path.basename(path), c['host'])
-    finally:
-        conn.compute.delete_server(server)
-
-
-def check_cold_migration(cloud: Cloud, conn: Any,
-                         res: Mapping[str, Any]) -> str:
-    return _move(cloud, conn, res, revert=False)
-
-
-def check_resize_revert(cloud: Cloud, conn: Any,
-                        res: Mapping[str, Any]) -> str:
-    return _move(cloud, conn, res, revert=True)
-
-
-def check_pools_to_files(cloud: Cloud, conn: Any,
-                         res: Mapping[str, Any]) -> str:
-    # A pool volume (a qcow2 overlay) to the host without pools, reverted
-    # (the volume goes back), then confirmed (it becomes a file there).
-    reverted = _move(cloud, conn, res, revert=True, from_pools=True)
-    return '%s; %s' % (reverted, _move(cloud, conn, res, revert=False,
-                                       from_pools=True))
-
-
-def _left_on(cloud: Cloud, host: str, server: Any) -> list[str]:
-    """What of the server is still on ``host``: its instance directory and
-    its volumes in the dir pool's directory."""
-    root = _compute(cloud, host)['host_instances_path']
-    left = [p for p in (os.path.join(root, server.id),)
-            if os.path.exists(p)]
-    disks = os.path.join(root, 'disks')
-    if os.path.isdir(disks):
-        left += [os.path.join(disks, n) for n in sorted(os.listdir(disks))
-                 if n.startswith(server.id + '_')]
-    return left
-
-
-def _live_migrate(cloud: Cloud, conn: Any, server: Any, to: str,
-                  marker: bytes, want: str) -> tuple[Any, str]:
-    """Live block migration of a running server to ``to``: its marker reads
-    back from a ``want`` disk there, and nothing of it stays behind."""
-    server = conn.compute.get_server(server.id)
-    source = _host_of(server)
-    conn.compute.live_migrate_server(server, host=to, block_migration='auto')
-    deadline = time.monotonic() + TIMEOUT
-    while True:
-        server = _wait(conn, server, 'ACTIVE')
-        if _host_of(server) != source or time.monotonic() > deadline:
-            break
-        time.sleep(1)
-    if _host_of(server) != to:
-        raise CheckFailed('live migration of %s from %s: on %s, not %s' % (
-            server.id, source, _host_of(server), to))
-    c, path, kind = _disk(cloud, server)
-    got = image.read_marker(path, len(marker), argv_prefix=c['nsenter'])
-    if kind != want or got != marker:
-        raise CheckFailed('after the live migration %s -> %s: a %s disk %s '
-                          'reading %r (wanted a %s disk reading %r)' % (
-                              source, to, kind, path, got, want, marker))
-    left = _left_on(cloud, source, server)
-    if left:
-        raise CheckFailed('after the live migration %s -> %s, left on %s: '
-                          '%s' % (source, to, source, ', '.join(left)))
-    return server, '%s -> %s: marker read back from the %s %s' % (
-        source, to, kind, os.path.basename(path))
-
-
-def check_live_migration(cloud: Cloud, conn: Any,
-                         res: Mapping[str, Any]) -> str:
-    # A running pool instance (a qcow2 overlay volume) to the host without
-    # pools, where it becomes a file; back, into the pool again.
-    pools_host, files_host = _hosts(cloud)
-    server = _boot(conn, res, 'qcow2', pools_host)
-    try:
-        server, marker = _mark(cloud, conn, server)
-        conn.compute.start_server(server)
-        server = _wait(conn, server, 'ACTIVE')
-        server, there = _live_migrate(cloud, conn, server, files_host,
-                                      marker, 'file')
-        server, back = _live_migrate(cloud, conn, server, pools_host,
-                                     marker, 'volume')
-        return '%s; %s' % (there, back)
-    finally:
-        conn.compute.delete_server(server)
-
-
-CHECKS: dict[str, Callable[[Cloud, Any, Mapping[str, Any]], str]] = {
+CHECKS: dict[str, Callable[[B.Cloud, Any, Mapping[str, Any]], str]] = {
     'traits': check_traits,
     'precache': check_precache,
     'disks': check_disks,
     'novalidhost': check_novalidhost,
-    'cold-migration': check_cold_migration,
-    'resize-revert': check_resize_revert,
-    'pools-to-files': check_pools_to_files,
-    'live-migration': check_live_migration,
+    'cold-migration': moves.check_cold_migration,
+    'resize-revert': moves.check_resize_revert,
+    'pools-to-files': moves.check_pools_to_files,
+    'live-migration': moves.check_live_migration,
+    'stock-destination': moves.check_stock_destination,
 }
 
 
@@ -403,7 +192,7 @@ def run(cloud_path: str) -> list[dict[str, Any]]:
         start = time.monotonic()
         try:
             detail, status = check(cloud, conn, res), 'pass'
-        except CheckFailed as e:
+        except B.CheckFailed as e:
             detail, status = str(e), 'fail'
         except Exception as e:  # noqa: BLE001 - reported as the check's
             detail, status = '%s\n%s' % (e, traceback.format_exc()), 'error'

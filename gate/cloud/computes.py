@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Collection
 from typing import Any
 
 from gate.cloud import configs
@@ -180,9 +181,12 @@ def start_nova_compute(state: P.State, c: L.Compute,
                                  '--config-file', conf])
 
 
-def stop_nova_computes(state: P.State) -> None:
-    """Both at once; SIGKILL when a graceful stop takes over 10 s."""
-    names = [c.host + '-nova-compute' for c in L.COMPUTES]
+def stop_nova_computes(state: P.State,
+                       hosts: Collection[str] | None = None) -> None:
+    """All of them (or those of ``hosts``) at once; SIGKILL when a
+    graceful stop takes over 10 s."""
+    names = [c.host + '-nova-compute' for c in L.COMPUTES
+             if hosts is None or c.host in hosts]
     pids = [pid for pid in map(state.pid, names) if pid]
     P.terminate(pids, grace=10, groups=True)
     for name in names:
@@ -199,13 +203,16 @@ def _parse_time(value: str | None) -> float:
 def wait_computes_reporting(state: P.State, since: float,
                             procs: dict[str, subprocess.Popen[bytes]],
                             timeout: float = 180) -> None:
-    """Until every compute's service record was updated after ``since``
-    and is up (the nova-compute started then is running and reporting)."""
+    """Until the service record of every compute of ``procs`` was updated
+    after ``since`` and is up (the nova-compute started then is running
+    and reporting)."""
     sess = identity.admin_session()
-    pending = {c.host for c in L.COMPUTES}
+    pending = set(procs)
 
     def probe() -> bool:
         for c in L.COMPUTES:
+            if c.host not in procs:
+                continue
             P.check_alive(procs.get(c.host), c.host + ' nova-compute',
                           state.layout.log(c.host + '-nova-compute'))
         data = identity.compute_get(sess, '/os-services?binary=nova-compute')
@@ -263,9 +270,20 @@ def compute_entries(state: P.State, driver: str) -> list[dict[str, Any]]:
 
 def restart_all(state: P.State, driver: str) -> None:
     """Both nova-computes restarted on ``driver`` (a compute_driver)."""
-    stop_nova_computes(state)
+    restart(state, driver)
+
+
+def restart(state: P.State, driver: str,
+            hosts: Collection[str] | None = None) -> None:
+    """The nova-computes of ``hosts`` (default: all) restarted on
+    ``driver``. The processes recorded in ``state.json`` are the ones
+    stopped: another process may have restarted one since ``state`` was
+    read."""
+    state.reload()
+    stop_nova_computes(state, hosts)
     since = time.time()
     procs = {c.host: start_nova_compute(state, c, driver)
-             for c in L.COMPUTES}
-    P.progress('nova-compute restarting on %s' % driver)
+             for c in L.COMPUTES if hosts is None or c.host in hosts}
+    P.progress('nova-compute of %s restarting on %s'
+               % (', '.join(sorted(procs)), driver))
     wait_computes_reporting(state, since, procs)

@@ -63,6 +63,12 @@ class State:
         with open(layout.state) as f:
             return cls(layout, json.load(f))
 
+    def reload(self) -> None:
+        """What ``state.json`` says now (another process may have started
+        or stopped something since this one read it)."""
+        with self._lock, open(self.layout.state) as f:
+            self.data = json.load(f)
+
     def save(self) -> None:
         tmp = self.layout.state + '.tmp'
         with open(tmp, 'w') as f:

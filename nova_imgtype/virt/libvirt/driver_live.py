@@ -116,11 +116,12 @@ class LiveMigration(libvirt_driver.LibvirtDriver):
             nodes = objects.ComputeNodeList.get_all_by_host(context, dest)
             if not traits.runs_imgtype(
                     traits.reported(context, [n.uuid for n in nodes])):
-                raise nova_exception.MigrationPreCheckError(reason=str(
-                    exception.DestinationWithoutImgtype(
-                        host=dest, instance_uuid=instance.uuid,
-                        backend=decision.backend,
-                        storage=decision.storage)))
+                reason = str(exception.DestinationWithoutImgtype(
+                    host=dest, instance_uuid=instance.uuid,
+                    backend=decision.backend, storage=decision.storage))
+                LOG.warning('Live migration refused: %s', reason,
+                            instance=instance)
+                raise nova_exception.MigrationPreCheckError(reason=reason)
 
     def get_instance_disk_info(self, instance: objects.Instance,
                                *args: Any, **kwargs: Any) -> Any:

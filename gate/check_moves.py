@@ -1,0 +1,245 @@
+"""The gate checks that move servers between the two computes (separate
+storage, no shared instances path): cold migration, resize with revert and
+confirm, live block migration, and moves toward a compute that runs stock's
+driver.
+
+Described in :mod:`gate.checks`, which runs them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+from collections.abc import Mapping
+from typing import Any
+
+from gate import checks_base as B
+from gate import image
+
+IMGTYPE_TRAITS = 'CUSTOM_IMGTYPE_'
+
+def _move(cloud: B.Cloud, conn: Any, res: Mapping[str, Any],
+          revert: bool, from_pools: bool = False) -> str:
+    pools_host, files_host = B.hosts(cloud)
+    source = pools_host if from_pools else files_host
+    server = B.boot(conn, res, 'qcow2' if from_pools else 'raw', source)
+    try:
+        server, marker = B.mark(cloud, conn, server)
+        if revert:
+            conn.compute.resize_server(server, res['flavors']['gate.small'])
+        else:
+            conn.compute.migrate_server(server)
+        server = B.wait(conn, server, 'VERIFY_RESIZE')
+        moved_to = B.host_of(server)
+        if moved_to == source:
+            raise B.CheckFailed('the move stayed on %s' % source)
+        if revert:
+            conn.compute.revert_server_resize(server)
+        else:
+            conn.compute.confirm_server_resize(server)
+        server = B.wait(conn, server, 'SHUTOFF')
+        c, path, kind = B.disk(cloud, server)
+        got = image.read_marker(path, len(marker), argv_prefix=c['nsenter'])
+        if got != marker:
+            raise B.CheckFailed('after the move to %s and %s, the disk %s on '
+                              '%s reads %r, not %r' % (
+                                  moved_to, 'revert' if revert else
+                                  'confirm', path, c['host'], got, marker))
+        return '%s -> %s%s: marker read back from the %s %s on %s' % (
+            source, moved_to, ' (reverted)' if revert else '',
+            kind, os.path.basename(path), c['host'])
+    finally:
+        conn.compute.delete_server(server)
+
+
+def check_cold_migration(cloud: B.Cloud, conn: Any,
+                         res: Mapping[str, Any]) -> str:
+    return _move(cloud, conn, res, revert=False)
+
+
+def check_resize_revert(cloud: B.Cloud, conn: Any,
+                        res: Mapping[str, Any]) -> str:
+    return _move(cloud, conn, res, revert=True)
+
+
+def check_pools_to_files(cloud: B.Cloud, conn: Any,
+                         res: Mapping[str, Any]) -> str:
+    # A pool volume (a qcow2 overlay) to the host without pools, reverted
+    # (the volume goes back), then confirmed (it becomes a file there).
+    reverted = _move(cloud, conn, res, revert=True, from_pools=True)
+    return '%s; %s' % (reverted, _move(cloud, conn, res, revert=False,
+                                       from_pools=True))
+
+
+def _live_migrate(cloud: B.Cloud, conn: Any, server: Any, to: str,
+                  marker: bytes, want: str) -> tuple[Any, str]:
+    """Live block migration of a running server to ``to``: its marker reads
+    back from a ``want`` disk there, and nothing of it stays behind."""
+    server = conn.compute.get_server(server.id)
+    source = B.host_of(server)
+    conn.compute.live_migrate_server(server, host=to, block_migration='auto')
+    deadline = time.monotonic() + B.TIMEOUT
+    while True:
+        server = B.wait(conn, server, 'ACTIVE')
+        if B.host_of(server) != source or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    if B.host_of(server) != to:
+        raise B.CheckFailed('live migration of %s from %s: on %s, not %s' % (
+            server.id, source, B.host_of(server), to))
+    c, path, kind = B.disk(cloud, server)
+    got = image.read_marker(path, len(marker), argv_prefix=c['nsenter'])
+    if kind != want or got != marker:
+        raise B.CheckFailed('after the live migration %s -> %s: a %s disk %s '
+                          'reading %r (wanted a %s disk reading %r)' % (
+                              source, to, kind, path, got, want, marker))
+    left = B.left_on(cloud, source, server)
+    if left:
+        raise B.CheckFailed('after the live migration %s -> %s, left on %s: '
+                          '%s' % (source, to, source, ', '.join(left)))
+    return server, '%s -> %s: marker read back from the %s %s' % (
+        source, to, kind, os.path.basename(path))
+
+
+def check_live_migration(cloud: B.Cloud, conn: Any,
+                         res: Mapping[str, Any]) -> str:
+    # A running pool instance (a qcow2 overlay volume) to the host without
+    # pools, where it becomes a file; back, into the pool again.
+    pools_host, files_host = B.hosts(cloud)
+    server = B.boot(conn, res, 'qcow2', pools_host)
+    try:
+        server, marker = B.mark(cloud, conn, server)
+        conn.compute.start_server(server)
+        server = B.wait(conn, server, 'ACTIVE')
+        server, there = _live_migrate(cloud, conn, server, files_host,
+                                      marker, 'file')
+        server, back = _live_migrate(cloud, conn, server, pools_host,
+                                     marker, 'volume')
+        return '%s; %s' % (there, back)
+    finally:
+        conn.compute.delete_server(server)
+
+
+# -- a compute without nova-imgtype -------------------------------------------
+
+def _imgtype_traits(conn: Any, host: str) -> tuple[str, list[str], int]:
+    """(resource provider, its traits, generation) of ``host``."""
+    rp = next(iter(conn.placement.resource_providers(name=host)))
+    body = conn.placement.get('/resource_providers/%s/traits' % rp.id,
+                              microversion='1.6').json()
+    return rp.id, body['traits'], body['resource_provider_generation']
+
+
+def _drop_imgtype_traits(conn: Any, host: str) -> None:
+    """What the README tells an operator whose compute leaves nova-imgtype:
+    its ``CUSTOM_IMGTYPE_*`` traits removed from placement."""
+    rp, have, generation = _imgtype_traits(conn, host)
+    keep = [t for t in have if not t.startswith(IMGTYPE_TRAITS)]
+    resp = conn.placement.put(
+        '/resource_providers/%s/traits' % rp, microversion='1.6',
+        json={'traits': keep, 'resource_provider_generation': generation})
+    if resp.status_code != 200:
+        raise B.CheckFailed('removing the traits of %s: %s %s' % (
+            host, resp.status_code, resp.text))
+
+
+@contextlib.contextmanager
+def _on_stock(cloud: B.Cloud, conn: Any, host: str) -> Iterator[None]:
+    """``host``'s nova-compute on stock's driver for a while, its
+    nova-imgtype traits removed; then back on the plugin's."""
+    from gate.cloud import computes
+    from gate.cloud import layout as L
+    from gate.cloud import proc as P
+
+    state = P.State.load(cloud['base'])
+    computes.stop_nova_computes(state, [host])
+    _drop_imgtype_traits(conn, host)
+    try:
+        computes.restart(state, L.STOCK_DRIVER, [host])
+        yield
+    finally:
+        computes.restart(state, L.PLUGIN_DRIVER, [host])
+        deadline = time.monotonic() + B.TIMEOUT
+        while not [t for t in _imgtype_traits(conn, host)[1]
+                   if t.startswith(IMGTYPE_TRAITS)]:
+            if time.monotonic() > deadline:
+                raise B.CheckFailed('%s back on the plugin reports no '
+                                    'nova-imgtype trait' % host)
+            time.sleep(1)
+
+
+def _failed_migration(conn: Any, server: Any, kind: str) -> dict[str, Any]:
+    """The server's last migration of ``kind``, once it has failed."""
+    deadline = time.monotonic() + B.TIMEOUT
+    while True:
+        found = [m for m in conn.compute.get(
+            '/os-migrations?instance_uuid=%s' % server.id,
+            microversion='2.59').json()['migrations']
+            if m['migration_type'] == kind]
+        last = max(found, key=lambda m: m['id']) if found else None
+        if last and last['status'] in ('error', 'failed'):
+            return last
+        if last and last['status'] in ('finished', 'completed', 'confirmed'):
+            raise B.CheckFailed('the %s of %s to %s was not refused: %s' % (
+                kind, server.id, last['dest_compute'], last['status']))
+        if time.monotonic() > deadline:
+            raise B.CheckFailed('the %s of %s: %s after %ds' % (
+                kind, server.id, last and last['status'], B.TIMEOUT))
+        time.sleep(1)
+
+
+def _logged(path: str, *words: str) -> bool:
+    with open(path, errors='replace') as f:
+        return any(all(w in line for w in words) for line in f)
+
+
+def check_stock_destination(cloud: B.Cloud, conn: Any,
+                            res: Mapping[str, Any]) -> str:
+    # A pool instance, while the other compute runs stock's driver: a cold
+    # migration finds no host (the instance_backend request filter), a
+    # live migration forced there (2.30) is refused by the source.
+    pools_host, files_host = B.hosts(cloud)
+    server = B.boot(conn, res, 'qcow2', pools_host)
+    try:
+        server, marker = B.mark(cloud, conn, server)
+        conn.compute.start_server(server)
+        server = B.wait(conn, server, 'ACTIVE')
+        with _on_stock(cloud, conn, files_host):
+            conn.compute.post('/servers/%s/action' % server.id,
+                              json={'migrate': None}, microversion='2.56')
+            _failed_migration(conn, server, 'migration')
+            scheduler_log = os.path.join(cloud['logs'], 'nova-scheduler.log')
+            if not _logged(scheduler_log, server.id, 'instance_backend'):
+                raise B.CheckFailed('the scheduler did not ask for the '
+                                    'backend of %s' % server.id)
+            B.wait(conn, server, 'ACTIVE')
+            conn.compute.post('/servers/%s/action' % server.id, json={
+                'os-migrateLive': {'host': files_host, 'force': True,
+                                   'block_migration': 'auto'}},
+                microversion='2.30')
+            _failed_migration(conn, server, 'live-migration')
+            source_log = B.compute(cloud, pools_host)['log']
+            if not _logged(source_log, server.id, 'runs no nova-imgtype'):
+                raise B.CheckFailed('the forced live migration of %s was '
+                                    'not refused by %s' % (server.id,
+                                                           pools_host))
+            server = B.wait(conn, server, 'ACTIVE')
+        if B.host_of(server) != pools_host:
+            raise B.CheckFailed('%s moved to %s' % (server.id,
+                                                    B.host_of(server)))
+        c, path, kind = B.disk(cloud, server)
+        got = image.read_marker(path, len(marker), argv_prefix=c['nsenter'])
+        left = B.left_on(cloud, files_host, server)
+        if got != marker or left:
+            raise B.CheckFailed('after the refused moves: the %s %s reads '
+                                '%r (wanted %r); left on %s: %s' % (
+                                    kind, path, got, marker, files_host,
+                                    left))
+        return ('%s on stock: cold migration found no host, forced live '
+                'migration refused by %s; the marker reads back from the '
+                '%s %s' % (files_host, pools_host, kind,
+                           os.path.basename(path)))
+    finally:
+        conn.compute.delete_server(server)

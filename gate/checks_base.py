@@ -1,0 +1,135 @@
+"""What the gate checks share: the cloud's computes, servers booted and
+waited for, their disks seen from inside the computes' namespaces."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+from xml.etree import ElementTree
+
+from gate import image
+
+Cloud = Mapping[str, Any]
+MARKER = b'nova-imgtype gate marker'
+TIMEOUT = 300.0
+
+
+class CheckFailed(Exception):
+    """A check found the cloud not as it should be."""
+
+
+def run_cmd(argv: list[str]) -> str:
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if proc.returncode:
+        raise CheckFailed('%s: %s' % (' '.join(argv), proc.stderr.strip()))
+    return proc.stdout
+
+
+def compute(cloud: Cloud, host: str) -> Mapping[str, Any]:
+    for c in cloud['computes']:
+        if c['host'] == host:
+            return c
+    raise CheckFailed('no compute %s in cloud.json' % host)
+
+
+def hosts(cloud: Cloud) -> tuple[str, str]:
+    """(the pools host, the files host) of the plugin's configuration."""
+    pools = [c['host'] for c in cloud['computes']
+             if c.get('use_storage_pools')]
+    files = [c['host'] for c in cloud['computes']
+             if not c.get('use_storage_pools')]
+    if not pools or not files:
+        raise CheckFailed('the computes are not on the plugin')
+    return pools[0], files[0]
+
+
+# -- servers -----------------------------------------------------------------
+
+def wait(conn: Any, server: Any, status: str) -> Any:
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        server = conn.compute.get_server(server.id)
+        if server.status == status and not server.task_state:
+            return server
+        if server.status == 'ERROR' and status != 'ERROR':
+            raise CheckFailed('server %s ERROR: %s' % (server.id,
+                                                      server.fault))
+        time.sleep(1)
+    raise CheckFailed('server %s not %s after %ds (%s, task %s)' % (
+        server.id, status, TIMEOUT, server.status, server.task_state))
+
+
+def boot(conn: Any, res: Mapping[str, Any], fmt: str,
+          host: str | None = None, status: str = 'ACTIVE') -> Any:
+    kwargs: dict[str, Any] = {}
+    if host:
+        kwargs['availability_zone'] = 'nova:%s' % host
+    server = conn.compute.create_server(
+        name='gate-check-%s' % uuid.uuid4().hex[:8],
+        image_id=res['images'][fmt],
+        flavor_id=res['flavors']['gate.tiny'], networks='none', **kwargs)
+    return wait(conn, server, status)
+
+
+def host_of(server: Any) -> str:
+    return str(server.compute_host)
+
+
+def disk(cloud: Cloud, server: Any) -> tuple[Mapping[str, Any], str, str]:
+    """(compute, path inside its namespace, kind) of the root disk."""
+    c = compute(cloud, host_of(server))
+    virsh = [*c['nsenter'], 'virsh', '-c', c['libvirt_uri']]
+    xml = ElementTree.fromstring(run_cmd([*virsh, 'dumpxml',
+                                       server.instance_name]))
+    disk = xml.find("./devices/disk[@device='disk']")
+    if disk is None:
+        raise CheckFailed('no disk in the domain of %s' % server.id)
+    source = disk.find('source')
+    assert source is not None
+    if disk.get('type') == 'volume':
+        path = run_cmd([*virsh, 'vol-path', '--pool', source.get('pool', ''),
+                     source.get('volume', '')]).strip()
+        return c, path, 'volume'
+    path = source.get('file', '')
+    # A volume named by its path (a live-migrated guest, until its next
+    # start): libvirt knows the path as a volume of one of its pools.
+    by_path = subprocess.run([*virsh, 'vol-name', path], capture_output=True,
+                             text=True, check=False)
+    return c, path, 'volume' if by_path.returncode == 0 else 'file'
+
+
+def chain(c: Mapping[str, Any], path: str) -> list[dict[str, Any]]:
+    out = run_cmd([*c['nsenter'], 'qemu-img', 'info', '-U', '--backing-chain',
+                '--output=json', path])
+    chain: list[dict[str, Any]] = json.loads(out)
+    return chain
+
+
+def mark(cloud: Cloud, conn: Any, server: Any) -> tuple[Any, bytes]:
+    """Stop the server and write a new marker into its disk; (the stopped
+    server, the marker)."""
+    conn.compute.stop_server(server)
+    server = wait(conn, server, 'SHUTOFF')
+    c, path, _ = disk(cloud, server)
+    marker = MARKER + uuid.uuid4().hex[:6].encode()
+    image.write_marker(path, marker, argv_prefix=c['nsenter'])
+    return server, marker
+
+
+
+def left_on(cloud: Cloud, host: str, server: Any) -> list[str]:
+    """What of the server is still on ``host``: its instance directory and
+    its volumes in the dir pool's directory."""
+    root = compute(cloud, host)['host_instances_path']
+    left = [p for p in (os.path.join(root, server.id),)
+            if os.path.exists(p)]
+    disks = os.path.join(root, 'disks')
+    if os.path.isdir(disks):
+        left += [os.path.join(disks, n) for n in sorted(os.listdir(disks))
+                 if n.startswith(server.id + '_')]
+    return left
