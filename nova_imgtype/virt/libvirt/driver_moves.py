@@ -25,7 +25,7 @@ from oslo_utils import fileutils
 import nova_imgtype.conf
 from nova_imgtype import exception
 from nova_imgtype import traits
-from nova_imgtype.virt.libvirt import driver_pools
+from nova_imgtype.virt.libvirt import pool_dir as pool_dir_mod
 from nova_imgtype.virt.libvirt import pools as pools_mod
 from nova_imgtype.virt.libvirt import resolver as resolver_mod
 
@@ -133,8 +133,8 @@ class ColdMoves(libvirt_driver.LibvirtDriver):
         # Stopped before its volumes are read; stock's own power_off that
         # follows finds it stopped, as for a stopped instance.
         self.power_off(instance, timeout, retry_interval)
-        staged = self._stage_volumes(instance, pool, pool_dir, inst_base,
-                                     [name for name, _fmt in vols])
+        staged = pool_dir_mod.stage_out(pool, instance, inst_base,
+                                        [name for name, _fmt in vols])
         try:
             disk_info = jsonutils.loads(super().migrate_disk_and_power_off(
                 context, instance, dest, flavor, network_info,
@@ -143,8 +143,7 @@ class ColdMoves(libvirt_driver.LibvirtDriver):
         except Exception:
             with excutils.save_and_reraise_exception():
                 # Stock put the instance directory back in place.
-                self._unstage_volumes(instance, pool, pool_dir, inst_base,
-                                      staged)
+                pool_dir_mod.stage_in(pool, instance, inst_base, staged)
         target_dir = pool_dir if dest_pools else inst_base
         shared_pool = self._is_path_shared_with(dest, target_dir)
         copied: list[str] = []
@@ -175,47 +174,12 @@ class ColdMoves(libvirt_driver.LibvirtDriver):
                 self._cleanup_remote_migration(
                     dest, inst_base, inst_base_resize,
                     self._is_path_shared_with(dest, inst_base))
-                self._unstage_volumes(instance, pool, pool_dir, inst_base,
-                                      staged)
+                pool_dir_mod.stage_in(pool, instance, inst_base, staged)
         if shared_pool and dest_pools:
             # The copies are in this pool's directory too (same host, or a
             # shared one): make libvirt see them.
             pool.refresh(0)
         return jsonutils.dumps(disk_info)
-
-    @staticmethod
-    def _stage_volumes(instance: objects.Instance, pool: Any, pool_dir: str,
-                       directory: str, names: list[str]) -> list[str]:
-        """Move volume files of the pool into ``directory``."""
-        moved: list[str] = []
-        try:
-            for name in names:
-                os.rename(os.path.join(pool_dir, name),
-                          os.path.join(directory, name))
-                moved.append(name)
-        except Exception:
-            with excutils.save_and_reraise_exception():
-                for name in moved:
-                    os.rename(os.path.join(directory, name),
-                              os.path.join(pool_dir, name))
-        pool.refresh(0)
-        LOG.debug('Moved volumes %s out of storage pool %s into %s',
-                  ', '.join(moved), pool.name(), directory,
-                  instance=instance)
-        return moved
-
-    @staticmethod
-    def _unstage_volumes(instance: objects.Instance, pool: Any,
-                         pool_dir: str, directory: str,
-                         names: list[str]) -> None:
-        """Move volume files from ``directory`` back into the pool."""
-        for name in names:
-            src = os.path.join(directory, name)
-            if os.path.exists(src):
-                os.rename(src, os.path.join(pool_dir, name))
-        pool.refresh(0)
-        LOG.info('Volumes %s are back in storage pool %s', ', '.join(names),
-                 pool.name(), instance=instance)
 
     def finish_migration(self, context: Any, migration: Any,
                          instance: objects.Instance, disk_info: str,
@@ -286,7 +250,7 @@ class ColdMoves(libvirt_driver.LibvirtDriver):
         names = (os.listdir(backup_dir) if os.path.isdir(backup_dir)
                  else [])
         volumes = [n for n in names if n.startswith(instance.uuid + '_')]
-        legacy = ([n for n in names if driver_pools.MOVABLE_DISK.match(n)]
+        legacy = ([n for n in names if pool_dir_mod.LEGACY_DISK.match(n)]
                   if backup_dir != inst_dir else [])
         decision = self._resolver.decision_for(instance)
         if volumes:
@@ -304,8 +268,7 @@ class ColdMoves(libvirt_driver.LibvirtDriver):
             self._delete_pool_volumes(instance)
         if volumes:
             pool = self._instance_pool(instance)
-            self._unstage_volumes(instance, pool, pools_mod.pool_target(pool),
-                                  backup_dir, volumes)
+            pool_dir_mod.stage_in(pool, instance, backup_dir, volumes)
         elif legacy and decision.storage == resolver_mod.POOLS:
             self._resolver.record(instance, self._resolver.with_storage(
                 decision, resolver_mod.LEGACY))

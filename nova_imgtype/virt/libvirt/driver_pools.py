@@ -10,7 +10,6 @@ methods of one concern and calling the next part (``super()``).
 from __future__ import annotations
 
 import os
-import re
 from typing import Any
 
 from nova import objects
@@ -24,23 +23,12 @@ from oslo_utils import excutils
 
 import nova_imgtype.conf
 from nova_imgtype import exception
+from nova_imgtype.virt.libvirt import pool_dir
 from nova_imgtype.virt.libvirt import pools as pools_mod
 from nova_imgtype.virt.libvirt import resolver as resolver_mod
 
 LOG = logging.getLogger(__name__)
 CONF: cfg.ConfigOpts = nova_imgtype.conf.CONF
-
-#: Legacy instance disk files that move into nova-disks-pool.
-MOVABLE_DISK = re.compile(r'^disk(\.local|\.swap|\.eph\d+)?$')
-
-
-def _movable_files(instance_dir: str) -> list[str]:
-    """The legacy disk files in an instance directory (none without it)."""
-    if not os.path.isdir(instance_dir):
-        return []
-    return sorted(n for n in os.listdir(instance_dir)
-                  if MOVABLE_DISK.match(n))
-
 
 class PoolDisks(libvirt_driver.LibvirtDriver):
     """Disks of an instance on a storage pool."""
@@ -112,7 +100,7 @@ class PoolDisks(libvirt_driver.LibvirtDriver):
                      instance=instance)
             return
         instance_dir = libvirt_utils.get_instance_path(instance)
-        names = _movable_files(instance_dir)
+        names = pool_dir.legacy_files(instance_dir)
         if not names:
             return
         fmt = images.qemu_img_info(
@@ -124,43 +112,13 @@ class PoolDisks(libvirt_driver.LibvirtDriver):
         self._resolver.record(instance, moved)
         instance.save()
         try:
-            self._adopt_files(instance, pool, instance_dir, names)
+            pool_dir.adopt(pool, instance, instance_dir, names)
         except Exception:
             with excutils.save_and_reraise_exception():
                 self._resolver.record(instance, decision)
                 instance.save()
         LOG.info('Moved disks %s into storage pool %s', ', '.join(names),
                  pool_name, instance=instance)
-
-    @staticmethod
-    def _adopt_files(instance: objects.Instance, pool: Any,
-                     instance_dir: str, names: list[str]) -> None:
-        """Rename the instance's disk files into the dir pool as its volumes
-        (same filesystem: data and backing files unchanged, whatever the
-        size). A file already moved is skipped, so a move interrupted by a
-        crash can be finished; a failure puts back what this call moved.
-
-        :raises VolumeExists: a volume of that name is there, its file too.
-        """
-        target_dir = pools_mod.pool_target(pool)
-        moved: list[tuple[str, str]] = []
-        try:
-            for name in names:
-                src = os.path.join(instance_dir, name)
-                dest = os.path.join(target_dir, pools_mod.volume_name(
-                    instance.uuid, name))
-                if not os.path.exists(src):
-                    continue
-                if os.path.exists(dest):
-                    raise exception.VolumeExists(
-                        pool=pool.name(), volume=os.path.basename(dest))
-                os.rename(src, dest)
-                moved.append((src, dest))
-            pool.refresh(0)
-        except Exception:
-            for src, dest in reversed(moved):
-                os.rename(dest, src)
-            raise
 
     def _finish_interrupted_moves(
             self, instances: list[objects.Instance]) -> None:
@@ -172,14 +130,14 @@ class PoolDisks(libvirt_driver.LibvirtDriver):
             if decision is None or decision.storage != resolver_mod.POOLS:
                 continue
             instance_dir = libvirt_utils.get_instance_path(inst)
-            names = _movable_files(instance_dir)
+            names = pool_dir.legacy_files(instance_dir)
             if not names:
                 continue
             try:
                 pool = self._pools.get(decision.pool)
                 if pools_mod.pool_type(pool) != 'dir':
                     continue
-                self._adopt_files(inst, pool, instance_dir, names)
+                pool_dir.adopt(pool, inst, instance_dir, names)
             except Exception as e:  # noqa: BLE001 - reported, start goes on
                 LOG.error('Disks %(names)s of an interrupted move into '
                           'storage pool %(pool)s are still in %(dir)s: '

@@ -1,0 +1,103 @@
+"""Instance disks as the files of a dir pool: legacy files adopted from
+the instance directory, volumes staged out of the pool for a cold move and
+back in.
+
+Every operation renames files within one filesystem (the pool's directory
+is under ``instances_path``): the data stay as they are, qcow2 overlays
+keep their absolute backing paths, and it costs nothing whatever the size.
+Each one puts back what it moved when it fails, and skips what a previous,
+interrupted call already moved, so that a move a crash cut short can be
+finished by calling it again.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from oslo_log import log as logging
+from oslo_utils import excutils
+
+from nova_imgtype import exception
+from nova_imgtype.virt.libvirt import pool_specs
+
+LOG = logging.getLogger(__name__)
+
+#: Legacy instance disk files that move into a dir pool.
+LEGACY_DISK = re.compile(r'^disk(\.local|\.swap|\.eph\d+)?$')
+
+
+def legacy_files(instance_dir: str) -> list[str]:
+    """The legacy disk files in an instance directory (none without it)."""
+    if not os.path.isdir(instance_dir):
+        return []
+    return sorted(n for n in os.listdir(instance_dir)
+                  if LEGACY_DISK.match(n))
+
+
+def adopt(pool: Any, instance: Any, instance_dir: str,
+          names: Sequence[str]) -> None:
+    """Rename the instance's disk files into the dir pool as its volumes
+    (``{uuid}_{name}``), then refresh the pool. A file already moved is
+    skipped; a failure puts back what this call moved.
+
+    :raises VolumeExists: a volume of that name is there, its file too.
+    """
+    target_dir = pool_specs.pool_target(pool)
+    moved: list[tuple[str, str]] = []
+    try:
+        for name in names:
+            src = os.path.join(instance_dir, name)
+            dest = os.path.join(target_dir, pool_specs.volume_name(
+                instance.uuid, name))
+            if not os.path.exists(src):
+                continue
+            if os.path.exists(dest):
+                raise exception.VolumeExists(
+                    pool=pool.name(), volume=os.path.basename(dest))
+            os.rename(src, dest)
+            moved.append((src, dest))
+        pool.refresh(0)
+    except Exception:
+        with excutils.save_and_reraise_exception():
+            for src, dest in reversed(moved):
+                os.rename(dest, src)
+
+
+def stage_out(pool: Any, instance: Any, directory: str,
+              names: Sequence[str]) -> list[str]:
+    """Move the volume files ``names`` out of the pool into ``directory``
+    (where stock's cold move copies disks from); the names moved. A
+    failure puts back what this call moved."""
+    pool_dir = pool_specs.pool_target(pool)
+    moved: list[str] = []
+    try:
+        for name in names:
+            os.rename(os.path.join(pool_dir, name),
+                      os.path.join(directory, name))
+            moved.append(name)
+    except Exception:
+        with excutils.save_and_reraise_exception():
+            for name in moved:
+                os.rename(os.path.join(directory, name),
+                          os.path.join(pool_dir, name))
+    pool.refresh(0)
+    LOG.debug('Moved volumes %s out of storage pool %s into %s',
+              ', '.join(moved), pool.name(), directory, instance=instance)
+    return moved
+
+
+def stage_in(pool: Any, instance: Any, directory: str,
+             names: Sequence[str]) -> None:
+    """Move volume files staged in ``directory`` back into the pool (those
+    still there)."""
+    pool_dir = pool_specs.pool_target(pool)
+    for name in names:
+        src = os.path.join(directory, name)
+        if os.path.exists(src):
+            os.rename(src, os.path.join(pool_dir, name))
+    pool.refresh(0)
+    LOG.info('Volumes %s are back in storage pool %s', ', '.join(names),
+             pool.name(), instance=instance)
