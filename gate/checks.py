@@ -197,7 +197,7 @@ def run(cloud_path: str) -> list[dict[str, Any]]:
         except Exception as e:  # noqa: BLE001 - reported as the check's
             detail, status = '%s\n%s' % (e, traceback.format_exc()), 'error'
         took = time.monotonic() - start
-        print('[check] %-15s %-5s %5.1fs  %s' % (
+        print('[check] %-17s %-5s %5.1fs  %s' % (
             name, status, took, detail.splitlines()[0]), flush=True)
         results.append({'check': name, 'status': status, 'detail': detail,
                         'seconds': round(took, 1)})
