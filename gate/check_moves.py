@@ -20,6 +20,18 @@ from gate import image
 
 IMGTYPE_TRAITS = 'CUSTOM_IMGTYPE_'
 
+
+def _ssh_sessions(cloud: B.Cloud) -> int:
+    """SSH logins the computes' sshd accepted so far."""
+    count = 0
+    for c in cloud['computes']:
+        path = os.path.join(cloud['logs'], c['host'] + '-sshd.log')
+        if os.path.exists(path):
+            with open(path, errors='replace') as f:
+                count += sum(1 for line in f if line.startswith('Accepted '))
+    return count
+
+
 def _move(cloud: B.Cloud, conn: Any, res: Mapping[str, Any],
           revert: bool, from_pools: bool = False) -> str:
     pools_host, files_host = B.hosts(cloud)
@@ -27,6 +39,7 @@ def _move(cloud: B.Cloud, conn: Any, res: Mapping[str, Any],
     server = B.boot(conn, res, 'qcow2' if from_pools else 'raw', source)
     try:
         server, marker = B.mark(cloud, conn, server)
+        logins = _ssh_sessions(cloud)
         if revert:
             conn.compute.resize_server(server, res['flavors']['gate.small'])
         else:
@@ -44,12 +57,18 @@ def _move(cloud: B.Cloud, conn: Any, res: Mapping[str, Any],
         got = image.read_marker(path, len(marker), argv_prefix=c['nsenter'])
         if got != marker:
             raise B.CheckFailed('after the move to %s and %s, the disk %s on '
-                              '%s reads %r, not %r' % (
-                                  moved_to, 'revert' if revert else
-                                  'confirm', path, c['host'], got, marker))
-        return '%s -> %s%s: marker read back from the %s %s on %s' % (
+                                '%s reads %r, not %r' % (
+                                    moved_to, 'revert' if revert else
+                                    'confirm', path, c['host'], got, marker))
+        ssh = _ssh_sessions(cloud) - logins
+        if from_pools and ssh:
+            # A pool instance's disks go through libvirt (issue 13).
+            raise B.CheckFailed('the move of a pool instance %s -> %s opened '
+                                '%d SSH session(s)' % (source, moved_to, ssh))
+        return '%s -> %s%s: marker read back from the %s %s on %s; %s' % (
             source, moved_to, ' (reverted)' if revert else '',
-            kind, os.path.basename(path), c['host'])
+            kind, os.path.basename(path), c['host'],
+            'no SSH' if not ssh else '%d SSH session(s)' % ssh)
     finally:
         conn.compute.delete_server(server)
 

@@ -1,0 +1,206 @@
+"""Files on another compute node, through its libvirtd instead of SSH.
+
+:class:`LibvirtRemoteFilesystem` answers the interface of Nova's
+:class:`nova.virt.libvirt.volume.remotefs.RemoteFilesystem` (what stock's
+cold migration and resize call to make the instance directory on the
+destination, to learn whether a path is shared, to copy disks and to clean
+up after a failure) with libvirt's storage API, over the connection Nova
+already opens between compute nodes for live migration
+(``[libvirt]live_migration_uri``, else ``live_migration_scheme``):
+
+* a file is a volume of the dir pool holding its directory: the pool the
+  destination defines there (``nova-disks-pool``), else a transient pool
+  made for the call and destroyed after it;
+* a directory is made by building a transient dir pool on it, removed by
+  deleting a pool defined on it for the call;
+* data go through a sparse libvirt stream (``virStorageVolUpload``): holes
+  stay holes, a qcow2 overlay keeps its header and backing file name, and
+  progress is logged at INFO.
+
+Nothing here needs SSH between compute nodes nor
+``[libvirt]remote_filesystem_transport``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import Callable
+from collections.abc import Iterator
+from typing import Any
+from xml.etree import ElementTree
+
+import libvirt
+from oslo_log import log as logging
+
+from nova_imgtype.virt.libvirt import pool_specs
+
+LOG = logging.getLogger(__name__)
+
+#: Share of a copy between two progress lines in the log.
+PROGRESS_STEP = 0.1
+
+
+class LibvirtRemoteFilesystem:
+    """Nova's remote filesystem operations, on the destination's libvirtd.
+
+    :param uri_for: the libvirt URI of a host (stock's
+        ``LibvirtDriver._live_migration_uri``).
+    """
+
+    def __init__(self, uri_for: Callable[[str], str]) -> None:
+        self._uri_for = uri_for
+
+    @contextlib.contextmanager
+    def _connection(self, host: str) -> Iterator[libvirt.virConnect]:
+        conn = libvirt.open(self._uri_for(host))
+        try:
+            yield conn
+        finally:
+            conn.close()
+
+    def create_file(self, host: str, dst_path: str,
+                    on_execute: Any = None, on_completion: Any = None) -> None:
+        """An empty file ``dst_path`` on ``host``."""
+        with self._connection(host) as conn, \
+                _pool_at(conn, os.path.dirname(dst_path)) as pool:
+            pool.createXML(pool_specs._volume_xml(
+                os.path.basename(dst_path), 'raw', 0), 0)
+
+    def remove_file(self, host: str, dst_path: str,
+                    on_execute: Any = None, on_completion: Any = None) -> None:
+        """Delete the file ``dst_path`` on ``host``."""
+        with self._connection(host) as conn, \
+                _pool_at(conn, os.path.dirname(dst_path)) as pool:
+            pool.storageVolLookupByName(os.path.basename(dst_path)).delete(0)
+
+    def create_dir(self, host: str, dst_path: str,
+                   on_execute: Any = None, on_completion: Any = None) -> None:
+        """The directory ``dst_path`` on ``host`` (``mkdir -p``)."""
+        with self._connection(host) as conn:
+            pool = conn.storagePoolCreateXML(
+                _pool_xml(dst_path),
+                libvirt.VIR_STORAGE_POOL_CREATE_WITH_BUILD)
+            pool.destroy()
+
+    def remove_dir(self, host: str, dst_path: str,
+                   on_execute: Any = None, on_completion: Any = None) -> None:
+        """Delete the directory ``dst_path`` on ``host`` and the files in
+        it (``rm -rf`` of an instance directory, which holds no
+        subdirectory); nothing when it is not there."""
+        with self._connection(host) as conn:
+            pool = conn.storagePoolDefineXML(_pool_xml(dst_path), 0)
+            try:
+                try:
+                    pool.create(0)
+                except libvirt.libvirtError:
+                    # No such directory: nothing to remove.
+                    return
+                for vol in pool.listAllVolumes(0):
+                    vol.delete(0)
+                pool.destroy()
+                pool.delete(0)
+            finally:
+                if pool.isActive():
+                    pool.destroy()
+                pool.undefine()
+
+    def copy_file(self, src: str, dst: str, on_execute: Any = None,
+                  on_completion: Any = None, compression: bool = True) -> None:
+        """Copy the local file ``src`` to ``dst``, ``host:path``."""
+        host, _, path = dst.rpartition(':')
+        self.upload(src, host, path)
+
+    def upload(self, src: str, host: str, dst_path: str) -> None:
+        """The local file ``src`` as ``dst_path`` on ``host``, the same
+        bytes, holes kept; a failed copy leaves no file there."""
+        size = os.path.getsize(src)
+        name = os.path.basename(dst_path)
+        with self._connection(host) as conn, \
+                _pool_at(conn, os.path.dirname(dst_path)) as pool:
+            vol = pool.createXML(pool_specs._volume_xml(name, 'raw', size), 0)
+            stream = conn.newStream(0)
+            try:
+                vol.upload(stream, 0, size,
+                           libvirt.VIR_STORAGE_VOL_UPLOAD_SPARSE_STREAM)
+                with open(src, 'rb') as f:
+                    _send_sparse(stream, f, size, '%s:%s' % (host, dst_path))
+                stream.finish()
+            except BaseException:
+                with contextlib.suppress(libvirt.libvirtError):
+                    stream.abort()
+                vol.delete(0)
+                raise
+        LOG.info('Copied %(src)s to %(host)s:%(dst)s through libvirt '
+                 '(%(size)d bytes)',
+                 {'src': src, 'host': host, 'dst': dst_path, 'size': size})
+
+
+def _pool_xml(path: str) -> str:
+    pool = ElementTree.Element('pool', type='dir')
+    ElementTree.SubElement(pool, 'name').text = (
+        'nova-imgtype-remote-%s' % uuid.uuid4().hex[:12])
+    target = ElementTree.SubElement(pool, 'target')
+    ElementTree.SubElement(target, 'path').text = path
+    return ElementTree.tostring(pool, encoding='unicode')
+
+
+@contextlib.contextmanager
+def _pool_at(conn: libvirt.virConnect,
+             directory: str) -> Iterator[libvirt.virStoragePool]:
+    """The active dir pool of ``directory`` on ``conn``, refreshed: the
+    one defined there, else a transient one destroyed afterwards (libvirt
+    refuses two pools of one directory).
+
+    :raises libvirtError: the directory does not exist.
+    """
+    directory = os.path.normpath(directory)
+    for pool in conn.listAllStoragePools(
+            libvirt.VIR_CONNECT_LIST_STORAGE_POOLS_ACTIVE |
+            libvirt.VIR_CONNECT_LIST_STORAGE_POOLS_DIR):
+        if os.path.normpath(pool_specs.pool_target(pool)) == directory:
+            pool.refresh(0)
+            yield pool
+            pool.refresh(0)
+            return
+    pool = conn.storagePoolCreateXML(_pool_xml(directory), 0)
+    try:
+        yield pool
+    finally:
+        pool.destroy()
+
+
+def _send_sparse(stream: libvirt.virStream, f: Any, size: int,
+                 what: str) -> None:
+    """Send the file ``f`` through ``stream``: its data sections as data,
+    its holes as holes (``SEEK_DATA``/``SEEK_HOLE``)."""
+    fd = f.fileno()
+    offset = 0
+    logged = 0.0
+    while offset < size:
+        try:
+            data = os.lseek(fd, offset, os.SEEK_DATA)
+        except OSError:
+            data = size                # only a hole up to the end
+        if data > offset:
+            stream.sendHole(data - offset, 0)
+            offset = data
+            continue
+        end = min(os.lseek(fd, offset, os.SEEK_HOLE), size)
+        os.lseek(fd, offset, os.SEEK_SET)
+        while offset < end:
+            chunk = os.read(fd, min(libvirt.virStorageVol.streamBufSize,
+                                    end - offset))
+            if not chunk:
+                raise OSError('%s: short read at %d' % (f.name, offset))
+            sent = 0
+            while sent < len(chunk):
+                sent += stream.send(chunk[sent:])
+            offset += len(chunk)
+            if size and offset / size - logged >= PROGRESS_STEP:
+                logged = offset / size
+                LOG.info('Copying to %(what)s: %(done)d of %(size)d bytes '
+                         '(%(pct)d%%)', {'what': what, 'done': offset,
+                                        'size': size,
+                                        'pct': 100 * offset // size})

@@ -1,0 +1,135 @@
+"""Real: the cold move (resize, cold migration) of a pool instance goes
+through the destination's libvirtd, not SSH (issue 13).
+
+The destination is the session's throwaway libvirtd (the one the source's
+pools are on, so paths are the same, as between two computes with the same
+``instances_path``). Real: pools, volumes, files, qemu-img, the libvirt
+streams. Mocked: stock's own ``migrate_disk_and_power_off`` (a stand-in
+doing what stock does around our part: it renames the instance directory
+to ``_resize`` and makes it on the destination through the driver's
+``_remotefs``), ``power_off`` (no domain), and ``_is_path_shared_with``
+(False: the destination is another host).
+"""
+
+import json
+import os
+import uuid
+from unittest import mock
+
+import pytest
+from nova.virt.libvirt import driver as stock_driver
+from nova.virt.libvirt import utils as libvirt_utils
+from nova.virt.libvirt.volume import remotefs
+
+from nova_imgtype.testing import libvirtd as real
+from nova_imgtype.virt.libvirt import pools
+from nova_imgtype.virt.libvirt import remote_storage
+from tests.real.test_libvirt_storage import _boot_disk
+from tests.real.test_libvirt_storage import pool_driver  # noqa: F401
+from tests.real.test_native_images import MiB
+from tests.real.test_native_images import conf  # noqa: F401
+from tests.real.test_native_images import driver  # noqa: F401
+from tests.real.test_native_images import glance  # noqa: F401
+
+STOCK = stock_driver.LibvirtDriver
+
+
+@pytest.fixture
+def pool_instance(pool_driver, glance, tmp_path):  # noqa: F811
+    image_id = str(uuid.uuid4())
+    src = str(tmp_path / 'img.qcow2')
+    real.make_image(src, 'qcow2', 16 * MiB)
+    glance[image_id] = (src, 'qcow2')
+    inst, disk = _boot_disk(pool_driver, image_id, 'qcow2')
+    inst.host = 'host1'
+    # Data of the instance's own, in its overlay volume.
+    real.qemu_img('rebase', '-u', '-f', 'qcow2', '-F', 'qcow2', '-b',
+                  real.qemu_img_info(disk.path)['backing-filename'],
+                  disk.path)
+    with open(disk.path, 'ab') as f:
+        f.write(b'instance data' * 100)
+    inst_base = libvirt_utils.get_instance_path(inst)
+    os.makedirs(inst_base)
+    # A legacy left-over that stock would copy with scp.
+    with open(os.path.join(inst_base, 'disk.info'), 'w') as f:
+        f.write('{"legacy": "qcow2"}')
+    with open(disk.path, 'rb') as f:
+        data = f.read()
+    return inst, disk.path, data, inst_base
+
+
+def _stock_stand_in(seen):
+    def migrate(self, context, instance, dest, *args, **kwargs):
+        inst_base = libvirt_utils.get_instance_path(instance)
+        seen['remotefs'] = self._remotefs
+        seen['files'] = sorted(os.listdir(inst_base))
+        os.rename(inst_base, inst_base + '_resize')
+        self._remotefs.create_dir(dest, inst_base)
+        return '[]'
+    return migrate
+
+
+def _move(drv, inst, libvirt_uri, seen):
+    with mock.patch.object(STOCK, 'migrate_disk_and_power_off',
+                           _stock_stand_in(seen)), \
+            mock.patch.object(drv, 'power_off'), \
+            mock.patch.object(drv, '_is_path_shared_with',
+                              return_value=False), \
+            mock.patch.object(STOCK, '_live_migration_uri',
+                              staticmethod(lambda dest: libvirt_uri)):
+        return drv._migrate_pool_disks(None, inst, 'dest-host', None, None,
+                                       None, 0, 0, dest_pools=True)
+
+
+def test_volumes_and_disk_info_go_through_libvirt(
+        pool_driver, pool_instance, libvirt_uri):  # noqa: F811
+    inst, path, data, inst_base = pool_instance
+    seen = {}
+    disk_info = json.loads(_move(pool_driver, inst, libvirt_uri, seen))
+
+    # Stock ran with the destination's libvirtd as its remote filesystem,
+    # the volume staged in the directory it keeps, disk.info out of sight.
+    assert isinstance(seen['remotefs'],
+                      remote_storage.LibvirtRemoteFilesystem)
+    name = pools.volume_name(inst.uuid, 'disk')
+    assert seen['files'] == sorted(['disk.info.imgtype-moving', name])
+    assert isinstance(pool_driver._remotefs, remotefs.RemoteFilesystem)
+    # The volume is in the destination's pool, the same bytes; the source
+    # keeps its own for a revert.
+    assert disk_info == [{'type': 'qcow2', 'path': path, 'volume': name}]
+    with open(path, 'rb') as f:
+        assert f.read() == data
+    with open(os.path.join(inst_base + '_resize', name), 'rb') as f:
+        assert f.read() == data
+    assert name in pool_driver._pools.get(pools.DISKS_POOL).listVolumes()
+    # disk.info too, and the source's is back under its name.
+    for d in (inst_base, inst_base + '_resize'):
+        with open(os.path.join(d, 'disk.info')) as f:
+            assert json.load(f) == {'legacy': 'qcow2'}
+
+
+def test_a_failed_copy_puts_everything_back(
+        pool_driver, pool_instance, libvirt_uri):  # noqa: F811
+    inst, path, data, inst_base = pool_instance
+
+    def broken(self, src, host, dst_path):
+        raise OSError('destination unreachable')
+
+    removed = []
+    # Stock's clean-up removes the instance directory on the destination,
+    # which here is this host's own: recorded, not done.
+    with mock.patch.object(remote_storage.LibvirtRemoteFilesystem,
+                           'upload', broken), \
+            mock.patch.object(remote_storage.LibvirtRemoteFilesystem,
+                              'remove_dir',
+                              lambda self, host, path: removed.append(
+                                  (host, path))):
+        with pytest.raises(OSError, match='unreachable'):
+            _move(pool_driver, inst, libvirt_uri, {})
+    assert removed == [('dest-host', inst_base)]
+    assert not os.path.exists(inst_base + '_resize')
+    assert sorted(os.listdir(inst_base)) == ['disk.info']
+    with open(path, 'rb') as f:
+        assert f.read() == data
+    name = pools.volume_name(inst.uuid, 'disk')
+    assert name in pool_driver._pools.get(pools.DISKS_POOL).listVolumes()

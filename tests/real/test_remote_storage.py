@@ -1,0 +1,133 @@
+"""Real: files on "another host" through its libvirtd
+(:mod:`nova_imgtype.virt.libvirt.remote_storage`), without SSH.
+
+The other host is the session's throwaway libvirtd (every host name maps
+to its URI); the files are real, made and read by this process.
+"""
+
+import os
+
+import pytest
+
+from nova_imgtype.testing import libvirtd as real
+from nova_imgtype.virt.libvirt import remote_storage
+
+MiB = 1024 * 1024
+
+
+@pytest.fixture
+def remote(libvirt_uri):
+    hosts = []
+
+    def uri_for(host):
+        hosts.append(host)
+        return libvirt_uri
+
+    fs = remote_storage.LibvirtRemoteFilesystem(uri_for)
+    fs.hosts = hosts
+    return fs
+
+
+def _sparse_file(path, size, chunks):
+    with open(path, 'wb') as f:
+        f.truncate(size)
+        for offset, data in chunks:
+            f.seek(offset)
+            f.write(data)
+
+
+def test_directories_and_files(remote, tmp_path):
+    target = tmp_path / 'instances' / 'uuid'
+    remote.create_dir('dest', str(target))
+    assert target.is_dir()
+    remote.create_file('dest', str(target / 'x.tmp'))
+    assert (target / 'x.tmp').exists()
+    remote.remove_file('dest', str(target / 'x.tmp'))
+    assert not (target / 'x.tmp').exists()
+    (target / 'disk.info').write_text('{}')
+    (target / 'console.log').write_text('')
+    remote.remove_dir('dest', str(target))
+    assert not target.exists()
+    # rm -rf of nothing.
+    remote.remove_dir('dest', str(target))
+    assert remote.hosts == ['dest'] * 5
+
+
+def test_no_pool_is_left_behind(remote, libvirt_conn, tmp_path):
+    target = tmp_path / 'd'
+    remote.create_dir('dest', str(target))
+    remote.create_file('dest', str(target / 'f'))
+    remote.remove_file('dest', str(target / 'f'))
+    remote.remove_dir('dest', str(target))
+    assert not [p for p in libvirt_conn.listAllStoragePools(0)
+                if p.name().startswith('nova-imgtype-remote-')]
+
+
+def test_a_sparse_file_is_copied_with_its_holes(remote, tmp_path):
+    src = tmp_path / 'src'
+    size = 64 * MiB
+    _sparse_file(src, size, [(0, b'head' * 1024),
+                             (40 * MiB, b'middle' * 100000),
+                             (size - 4096, b'z' * 4096)])
+    dest_dir = tmp_path / 'dest'
+    dest_dir.mkdir()
+    remote.copy_file(str(src), 'dest:%s' % (dest_dir / 'disk'))
+    copied = dest_dir / 'disk'
+    assert copied.read_bytes() == src.read_bytes()
+    # Holes stayed holes: a few MiB allocated, not 64.
+    assert os.stat(copied).st_blocks * 512 < 4 * MiB
+
+
+def test_a_qcow2_overlay_keeps_its_backing_file(remote, tmp_path):
+    base = tmp_path / 'base.qcow2'
+    real.make_image(str(base), 'qcow2', 16 * MiB)
+    overlay = tmp_path / 'overlay'
+    real.qemu_img('create', '-q', '-f', 'qcow2', '-F', 'qcow2', '-b',
+                  str(base), str(overlay))
+    dest_dir = tmp_path / 'dest'
+    dest_dir.mkdir()
+    remote.upload(str(overlay), 'dest', str(dest_dir / 'disk'))
+    info = real.qemu_img_info(str(dest_dir / 'disk'))
+    assert info['format'] == 'qcow2'
+    assert info['backing-filename'] == str(base)
+    assert (dest_dir / 'disk').read_bytes() == overlay.read_bytes()
+
+
+def test_into_the_directory_of_a_defined_pool(remote, libvirt_conn,
+                                              tmp_path):
+    disks = tmp_path / 'disks'
+    disks.mkdir()
+    pool = libvirt_conn.storagePoolCreateXML(
+        "<pool type='dir'><name>nova-test-remote-disks</name><target>"
+        "<path>%s</path></target></pool>" % disks, 0)
+    try:
+        src = tmp_path / 'vol'
+        _sparse_file(src, MiB, [(0, b'data')])
+        remote.upload(str(src), 'dest', str(disks / 'uuid_disk'))
+        assert 'uuid_disk' in pool.listVolumes()
+        assert (disks / 'uuid_disk').read_bytes() == src.read_bytes()
+    finally:
+        pool.destroy()
+
+
+def test_a_failed_copy_leaves_nothing(remote, tmp_path, monkeypatch):
+    src = tmp_path / 'src'
+    _sparse_file(src, MiB, [(0, b'data')])
+    dest_dir = tmp_path / 'dest'
+    dest_dir.mkdir()
+
+    def broken(stream, f, size, what):
+        stream.send(b'x' * 512)
+        raise OSError('the source went away')
+
+    monkeypatch.setattr(remote_storage, '_send_sparse', broken)
+    with pytest.raises(OSError, match='went away'):
+        remote.upload(str(src), 'dest', str(dest_dir / 'disk'))
+    assert os.listdir(dest_dir) == []
+
+
+def test_a_missing_directory_is_an_error(remote, tmp_path):
+    src = tmp_path / 'src'
+    _sparse_file(src, MiB, [(0, b'data')])
+    with pytest.raises(Exception):
+        remote.upload(str(src), 'dest', str(tmp_path / 'nowhere' / 'disk'))
