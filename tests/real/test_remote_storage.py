@@ -7,6 +7,7 @@ to its URI); the files are real, made and read by this process.
 
 import os
 
+import libvirt
 import pytest
 
 from nova_imgtype.testing import libvirtd as real
@@ -129,5 +130,5 @@ def test_a_failed_copy_leaves_nothing(remote, tmp_path, monkeypatch):
 def test_a_missing_directory_is_an_error(remote, tmp_path):
     src = tmp_path / 'src'
     _sparse_file(src, MiB, [(0, b'data')])
-    with pytest.raises(Exception):
+    with pytest.raises(libvirt.libvirtError):
         remote.upload(str(src), 'dest', str(tmp_path / 'nowhere' / 'disk'))
