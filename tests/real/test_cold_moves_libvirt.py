@@ -17,6 +17,7 @@ import uuid
 from unittest import mock
 
 import pytest
+from nova import exception as nova_exception
 from nova.virt.libvirt import driver as stock_driver
 from nova.virt.libvirt import utils as libvirt_utils
 from nova.virt.libvirt.volume import remotefs
@@ -133,3 +134,25 @@ def test_a_failed_copy_puts_everything_back(
         assert f.read() == data
     name = pools.volume_name(inst.uuid, 'disk')
     assert name in pool_driver._pools.get(pools.DISKS_POOL).listVolumes()
+
+
+def test_an_unreachable_destination_touches_nothing(
+        pool_driver, pool_instance, tmp_path):  # noqa: F811
+    inst, path, data, inst_base = pool_instance
+    nowhere = 'qemu+unix:///system?socket=%s' % (tmp_path / 'no-socket')
+    with mock.patch.object(STOCK, 'migrate_disk_and_power_off') as stock, \
+            mock.patch.object(pool_driver, 'power_off') as power_off, \
+            mock.patch.object(pool_driver, '_is_path_shared_with',
+                              return_value=False), \
+            mock.patch.object(STOCK, '_live_migration_uri',
+                              staticmethod(lambda dest: nowhere)):
+        with pytest.raises(nova_exception.InstanceFaultRollback) as e:
+            pool_driver._migrate_pool_disks(None, inst, 'dest-host', None,
+                                            None, None, 0, 0)
+    assert 'dest-host' in str(e.value.inner_exception)
+    assert nowhere in str(e.value.inner_exception)
+    power_off.assert_not_called()
+    stock.assert_not_called()
+    assert sorted(os.listdir(inst_base)) == ['disk.info']
+    with open(path, 'rb') as f:
+        assert f.read() == data

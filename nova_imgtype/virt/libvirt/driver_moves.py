@@ -12,6 +12,7 @@ import contextvars
 import os
 from typing import Any
 
+import libvirt
 from nova import exception as nova_exception
 from nova import objects
 from nova.i18n import _
@@ -159,12 +160,35 @@ class ColdMoves(libvirt_driver.LibvirtDriver):
             self._live_migration_uri)
         token = _REMOTE.set(remote)
         try:
+            self._reach_destination(remote, instance, dest)
             return self._migrate_pool_disks_here(
                 context, instance, dest, flavor, network_info,
                 block_device_info, timeout, retry_interval, dest_pools,
                 remote)
         finally:
             _REMOTE.reset(token)
+
+    def _reach_destination(self, remote: Any, instance: objects.Instance,
+                           dest: str) -> None:
+        """Make the instance directory on the destination through its
+        libvirtd before anything is touched here (stock makes it before it
+        powers off; this move powers off first, to stage the volumes).
+
+        :raises InstanceFaultRollback: the destination's libvirtd does not
+            answer, or refuses.
+        """
+        inst_base = libvirt_utils.get_instance_path(instance)
+        try:
+            if not self._is_path_shared_with(dest, inst_base):
+                remote.create_dir(dest, inst_base)
+        except libvirt.libvirtError as e:
+            raise nova_exception.InstanceFaultRollback(
+                nova_exception.ResizeError(reason=_(
+                    'cannot make the instance directory on %(dest)s through '
+                    'its libvirtd (%(uri)s): %(error)s') % {
+                        'dest': dest,
+                        'uri': self._live_migration_uri(dest),
+                        'error': e})) from e
 
     def _migrate_pool_disks_here(
             self, context: Any, instance: objects.Instance, dest: str,
