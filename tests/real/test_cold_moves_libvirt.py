@@ -18,6 +18,7 @@ from unittest import mock
 
 import pytest
 from nova import exception as nova_exception
+from nova import objects
 from nova.virt.libvirt import driver as stock_driver
 from nova.virt.libvirt import utils as libvirt_utils
 from nova.virt.libvirt.volume import remotefs
@@ -156,3 +157,53 @@ def test_an_unreachable_destination_touches_nothing(
     assert sorted(os.listdir(inst_base)) == ['disk.info']
     with open(path, 'rb') as f:
         assert f.read() == data
+
+
+def test_legacy_files_go_through_libvirt_too(
+        pool_driver, tmp_path, libvirt_uri):  # noqa: F811
+    inst = objects.Instance(uuid=str(uuid.uuid4()), host='host1',
+                            system_metadata={}, migration_context=None,
+                            flavor=objects.Flavor(extra_specs={}),
+                            image_ref='', task_state=None, vm_state='active')
+    inst_base = libvirt_utils.get_instance_path(inst)
+    os.makedirs(inst_base)
+    disk = os.path.join(inst_base, 'disk')
+    real.make_image(disk, 'qcow2', 8 * MiB)
+    with open(disk, 'ab') as f:
+        f.write(b'legacy data' * 50)
+    with open(disk, 'rb') as f:
+        data = f.read()
+    real.make_image(os.path.join(inst_base, 'disk.swap'), 'raw', MiB)
+    with open(os.path.join(inst_base, 'disk.info'), 'w') as f:
+        f.write('{"%s": "qcow2"}' % disk)
+    found = [{'type': 'qcow2', 'path': disk},
+             {'type': 'raw', 'path': os.path.join(inst_base, 'disk.swap')}]
+    seen = {}
+
+    def stock(self, context, instance, dest, *args, **kwargs):
+        # What stock copies itself, with SSH: what this returns.
+        seen['copies'] = self._get_instance_disk_info(instance, None)
+        os.rename(inst_base, inst_base + '_resize')
+        self._remotefs.create_dir(dest, inst_base)
+        return json.dumps(seen['copies'])
+
+    with mock.patch.object(STOCK, 'migrate_disk_and_power_off', stock), \
+            mock.patch.object(STOCK, '_get_instance_disk_info',
+                              return_value=found), \
+            mock.patch.object(pool_driver, '_is_path_shared_with',
+                              return_value=False), \
+            mock.patch.object(STOCK, '_live_migration_uri',
+                              staticmethod(lambda dest: libvirt_uri)), \
+            mock.patch.object(objects.Instance, 'image_meta',
+                              objects.ImageMeta.from_dict({})):
+        disk_info = json.loads(pool_driver._migrate_files(
+            None, inst, 'dest-host', None, None, None, 0, 0))
+
+    assert seen['copies'] == []
+    assert disk_info == found
+    # "There": the disk, its bytes; disk.info; no swap (made anew there).
+    assert sorted(os.listdir(inst_base)) == ['disk', 'disk.info']
+    with open(disk, 'rb') as f:
+        assert f.read() == data
+    assert sorted(os.listdir(inst_base + '_resize')) == [
+        'disk', 'disk.info', 'disk.swap']

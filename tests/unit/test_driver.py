@@ -305,10 +305,11 @@ def test_cold_move_goes_on(make_driver, compute_node):
     # (A destination running no nova-imgtype: test_stock_destinations.)
     drv = make_driver(images_type='qcow2')
     inst = _instance(imgtype_backend='qcow2')
+    # (How the files go: tests/real/test_cold_moves_libvirt.)
     with _placement_traits('CUSTOM_IMGTYPE_BACKEND_QCOW2'), \
-            mock.patch.object(STOCK, 'migrate_disk_and_power_off') as stock:
+            mock.patch.object(drv, '_migrate_files') as moved:
         drv.migrate_disk_and_power_off(None, inst, '192.0.2.2', None, None)
-    stock.assert_called_once()
+    moved.assert_called_once()
 
 
 def test_lvm_instance_is_not_migrated_on_a_non_lvm_host(make_driver):

@@ -54,10 +54,10 @@ def test_an_instance_without_a_record_moves_as_in_stock(
     drv = make_driver(images_type='qcow2')
     inst = _instance()
     with _placement_traits(*STOCK_TRAITS) as client, \
-            mock.patch.object(STOCK, 'migrate_disk_and_power_off',
-                              return_value='{}') as stock:
+            mock.patch.object(drv, '_migrate_files',
+                              return_value='[]') as moved:
         drv.migrate_disk_and_power_off(None, inst, '192.0.2.2', None, None)
-    stock.assert_called_once()
+    moved.assert_called_once()
     client.return_value.get_provider_traits.assert_not_called()
 
 

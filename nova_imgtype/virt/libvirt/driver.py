@@ -57,8 +57,10 @@ class LibvirtDriver(driver_images.Images, driver_live.LiveMigration,
     Made of parts, one module per concern, each overriding the stock
     methods of its concern: this module (host, lifecycle, cleanup),
     :mod:`.driver_images` (image cache, snapshots), :mod:`.driver_live`
-    (live migration), :mod:`.driver_moves` (resize, cold migration) and
-    :mod:`.driver_pools` (disks on storage pools).
+    (live migration), :mod:`.driver_moves` (resize, cold migration),
+    :mod:`.driver_transfers` (what cold moves send through the
+    destination's libvirtd) and :mod:`.driver_pools` (disks on storage
+    pools).
     """
 
     def __init__(self, virtapi: Any, read_only: bool = False) -> None:

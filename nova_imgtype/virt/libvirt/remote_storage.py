@@ -28,11 +28,15 @@ import os
 import uuid
 from collections.abc import Callable
 from collections.abc import Iterator
+from collections.abc import Sequence
 from typing import Any
 from xml.etree import ElementTree
 
 import libvirt
+from nova.virt.libvirt import utils as libvirt_utils
 from oslo_log import log as logging
+from oslo_utils import excutils
+from oslo_utils import fileutils
 
 from nova_imgtype.virt.libvirt import pool_specs
 
@@ -135,6 +139,29 @@ class LibvirtRemoteFilesystem:
         LOG.info('Copied %(src)s to %(host)s:%(dst)s through libvirt '
                  '(%(size)d bytes)',
                  {'src': src, 'host': host, 'dst': dst_path, 'size': size})
+
+
+def send(remote: LibvirtRemoteFilesystem, host: str,
+         copies: Sequence[tuple[str, str, bool]]) -> None:
+    """Copy each local file to its path on ``host``: ``(source, target,
+    shared)``, where ``shared`` says that this host sees the target's
+    directory too (a local copy then, as stock's ``cp``). A failure
+    removes what was copied before it, then raises."""
+    copied: list[tuple[str, bool]] = []
+    try:
+        for src, target, shared in copies:
+            if shared:
+                libvirt_utils.copy_image(src, target)
+            else:
+                remote.upload(src, host, target)
+            copied.append((target, shared))
+    except Exception:
+        with excutils.save_and_reraise_exception():
+            for target, shared in copied:
+                if shared:
+                    fileutils.delete_if_exists(target)
+                else:
+                    remote.remove_file(host, target)
 
 
 def _pool_xml(path: str) -> str:

@@ -1,0 +1,265 @@
+"""The driver's part for what cold moves (resize, cold migration) send to
+the destination: through its libvirtd, not SSH
+(:mod:`.remote_storage`), stock doing the rest of the move.
+
+One of the parts :class:`~nova_imgtype.virt.libvirt.driver.LibvirtDriver`
+is made of (through :class:`.driver_moves.ColdMoves`).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+from typing import Any
+
+import libvirt
+from nova import exception as nova_exception
+from nova import objects
+from nova.i18n import _
+from nova.virt import hardware
+from nova.virt.libvirt import driver as libvirt_driver
+from nova.virt.libvirt import utils as libvirt_utils
+from oslo_log import log as logging
+from oslo_serialization import jsonutils
+from oslo_utils import excutils
+
+from nova_imgtype.virt.libvirt import pool_dir as pool_dir_mod
+from nova_imgtype.virt.libvirt import pools as pools_mod
+from nova_imgtype.virt.libvirt import remote_storage
+
+LOG = logging.getLogger(__name__)
+
+DISK_INFO = 'disk.info'
+_HIDDEN = DISK_INFO + '.imgtype-moving'
+
+#: The remote filesystem of the cold move of a pool instance running in
+#: this thread (the destination's libvirtd); None for any other move.
+_REMOTE: contextvars.ContextVar[
+    remote_storage.LibvirtRemoteFilesystem | None] = contextvars.ContextVar(
+        'nova_imgtype_remotefs', default=None)
+#: The disks stock's cold move found, withheld from its own copying (SSH)
+#: during a move of files through libvirt (_migrate_files).
+_WITHHELD: contextvars.ContextVar[list[dict[str, Any]] | None] = (
+    contextvars.ContextVar('nova_imgtype_withheld', default=None))
+
+
+def _hide(directory: str, name: str) -> str | None:
+    """Rename ``name`` in ``directory`` out of stock's sight; the new name,
+    or None when there is no such file."""
+    if not os.path.exists(os.path.join(directory, name)):
+        return None
+    os.rename(os.path.join(directory, name),
+              os.path.join(directory, _HIDDEN))
+    return _HIDDEN
+
+
+def _unhide(directory: str, hidden: str | None) -> None:
+    """Undo :func:`_hide` in ``directory`` (where it may have moved)."""
+    path = os.path.join(directory, hidden) if hidden else None
+    if path and os.path.exists(path):
+        os.rename(path, os.path.join(directory, DISK_INFO))
+
+
+class Transfers(libvirt_driver.LibvirtDriver):
+    """Cold moves sending disks through the destination's libvirtd."""
+
+    def _migrate_files(self, context: Any, instance: objects.Instance,
+                       dest: str, flavor: Any, network_info: Any,
+                       block_device_info: Any, timeout: int,
+                       retry_interval: int) -> str:
+        """Stock's resize and cold migration of the disk files of the
+        instance directory, through the destination's libvirtd.
+
+        Stock does it all (checks, power off, the directory kept as
+        ``<instance>_resize``) with the destination's libvirtd as its
+        remote filesystem, but copies nothing: the disks it found are
+        withheld from it (:meth:`_get_instance_disk_info`) and copied here
+        from ``_resize`` to the same paths there, as sparse libvirt
+        streams, swap excepted (stock makes it anew). An instance with a
+        vTPM, whose state stock copies with SSH, moves the stock way.
+        """
+        if hardware.get_vtpm_constraint(instance.flavor, instance.image_meta):
+            return super().migrate_disk_and_power_off(
+                context, instance, dest, flavor, network_info,
+                block_device_info=block_device_info, timeout=timeout,
+                retry_interval=retry_interval)
+        remote = remote_storage.LibvirtRemoteFilesystem(
+            self._live_migration_uri)
+        withheld: list[dict[str, Any]] = []
+        tokens = _REMOTE.set(remote), _WITHHELD.set(withheld)
+        inst_base = libvirt_utils.get_instance_path(instance)
+        inst_base_resize = inst_base + '_resize'
+        try:
+            self._reach_destination(remote, instance, dest)
+            kept = _hide(inst_base, DISK_INFO)
+            try:
+                super().migrate_disk_and_power_off(
+                    context, instance, dest, flavor, network_info,
+                    block_device_info=block_device_info, timeout=timeout,
+                    retry_interval=retry_interval)
+            except Exception:
+                with excutils.save_and_reraise_exception():
+                    _unhide(inst_base, kept)
+            shared = self._is_path_shared_with(dest, inst_base)
+            copies = [(os.path.join(inst_base_resize,
+                                    os.path.basename(i['path'])),
+                       i['path'], shared) for i in withheld
+                      if os.path.basename(i['path']) != 'disk.swap']
+            if kept:
+                copies.append((os.path.join(inst_base_resize, kept),
+                               os.path.join(inst_base, DISK_INFO), shared))
+            try:
+                remote_storage.send(remote, dest, copies)
+            except Exception:
+                with excutils.save_and_reraise_exception():
+                    self._cleanup_remote_migration(
+                        dest, inst_base, inst_base_resize, shared)
+                    _unhide(inst_base, kept)
+            _unhide(inst_base_resize, kept)
+            return jsonutils.dumps(withheld)
+        finally:
+            _WITHHELD.reset(tokens[1])
+            _REMOTE.reset(tokens[0])
+
+    def _migrate_pool_disks(self, context: Any, instance: objects.Instance,
+                            dest: str, flavor: Any, network_info: Any,
+                            block_device_info: Any, timeout: int,
+                            retry_interval: int,
+                            dest_pools: bool = True) -> str:
+        """Stock's resize and cold migration, for disks on pool volumes,
+        through the destination's libvirtd instead of SSH.
+
+        With the guest stopped, the volume files are moved (renamed, same
+        filesystem) into the instance directory, which stock then keeps as
+        ``<instance>_resize`` for a revert, as it does for legacy disks.
+        Every remote operation of stock's (is the instance directory
+        shared, make it there, remove it after a failure) and every copy
+        goes through :class:`~.remote_storage.LibvirtRemoteFilesystem`,
+        over the connection Nova opens to the destination for live
+        migration: each volume to the same pool path there (a local ``cp``
+        when the pool directory is shared with the destination), as a
+        sparse stream. A destination without storage pools (``dest_pools``
+        False) gets each volume as the file stock would have there
+        (``<instance>/disk``, ...), and makes the instance's disks files
+        of its backend (``finish_migration``). A failure puts everything
+        back where it was.
+        """
+        remote = remote_storage.LibvirtRemoteFilesystem(
+            self._live_migration_uri)
+        token = _REMOTE.set(remote)
+        try:
+            self._reach_destination(remote, instance, dest)
+            return self._migrate_pool_disks_here(
+                context, instance, dest, flavor, network_info,
+                block_device_info, timeout, retry_interval, dest_pools,
+                remote)
+        finally:
+            _REMOTE.reset(token)
+
+    def _reach_destination(self, remote: Any, instance: objects.Instance,
+                           dest: str) -> None:
+        """Make the instance directory on the destination through its
+        libvirtd before anything is touched here (stock makes it before it
+        powers off; this move powers off first, to stage the volumes).
+
+        :raises InstanceFaultRollback: the destination's libvirtd does not
+            answer, or refuses.
+        """
+        inst_base = libvirt_utils.get_instance_path(instance)
+        try:
+            if not self._is_path_shared_with(dest, inst_base):
+                remote.create_dir(dest, inst_base)
+        except libvirt.libvirtError as e:
+            raise nova_exception.InstanceFaultRollback(
+                nova_exception.ResizeError(reason=_(
+                    'cannot make the instance directory on %(dest)s through '
+                    'its libvirtd (%(uri)s): %(error)s') % {
+                        'dest': dest,
+                        'uri': self._live_migration_uri(dest),
+                        'error': e})) from e
+
+    def _migrate_pool_disks_here(
+            self, context: Any, instance: objects.Instance, dest: str,
+            flavor: Any, network_info: Any, block_device_info: Any,
+            timeout: int, retry_interval: int, dest_pools: bool,
+            remote: remote_storage.LibvirtRemoteFilesystem) -> str:
+        pool = self._instance_pool(instance)
+        pool_dir = pools_mod.pool_target(pool)
+        inst_base = libvirt_utils.get_instance_path(instance)
+        inst_base_resize = inst_base + '_resize'
+        vols = [(v.name(), pools_mod.volume_format(v))
+                for v in self._pools.volumes(pool, instance.uuid + '_')
+                if not v.name().endswith('.rescue')]
+        # Stopped before its volumes are read; stock's own power_off that
+        # follows finds it stopped, as for a stopped instance.
+        self.power_off(instance, timeout, retry_interval)
+        staged = pool_dir_mod.stage_out(pool, instance, inst_base,
+                                        [name for name, _fmt in vols])
+        # Stock copies a disk.info with scp/rsync itself; this one goes
+        # through libvirt below (a pool instance's is a legacy left-over).
+        kept = _hide(inst_base, DISK_INFO)
+        try:
+            disk_info = jsonutils.loads(super().migrate_disk_and_power_off(
+                context, instance, dest, flavor, network_info,
+                block_device_info=block_device_info, timeout=timeout,
+                retry_interval=retry_interval))
+        except Exception:
+            with excutils.save_and_reraise_exception():
+                # Stock put the instance directory back in place.
+                _unhide(inst_base, kept)
+                pool_dir_mod.stage_in(pool, instance, inst_base, staged)
+        target_dir = pool_dir if dest_pools else inst_base
+        shared_pool = self._is_path_shared_with(dest, target_dir)
+        shared_dir = self._is_path_shared_with(dest, inst_base)
+        copies = [(os.path.join(inst_base_resize, name), os.path.join(
+            target_dir, name if dest_pools else name[len(instance.uuid) + 1:]),
+            shared_pool) for name, _fmt in vols]
+        if kept:
+            copies.append((os.path.join(inst_base_resize, kept),
+                           os.path.join(inst_base, DISK_INFO), shared_dir))
+        try:
+            remote_storage.send(remote, dest, copies)
+        except Exception:
+            with excutils.save_and_reraise_exception():
+                self._cleanup_remote_migration(
+                    dest, inst_base, inst_base_resize, shared_dir)
+                _unhide(inst_base, kept)
+                pool_dir_mod.stage_in(pool, instance, inst_base, staged)
+        for (name, fmt), (_src, target, _shared) in zip(
+                vols, copies[:len(vols)], strict=True):
+            disk_info.append({'type': fmt, 'path': target, 'volume': name}
+                             if dest_pools else
+                             {'type': fmt, 'path': target})
+        _unhide(inst_base_resize, kept)
+        if shared_pool and dest_pools:
+            # The copies are in this pool's directory too (same host, or a
+            # shared one): make libvirt see them.
+            pool.refresh(0)
+        return jsonutils.dumps(disk_info)
+
+    def _get_instance_disk_info(self, instance: objects.Instance,
+                                *args: Any, **kwargs: Any) -> Any:
+        info = super()._get_instance_disk_info(instance, *args, **kwargs)
+        withheld = _WITHHELD.get()
+        if withheld is not None:
+            # A move through libvirt (_migrate_files): copied there.
+            withheld.extend(info)
+            return []
+        if _REMOTE.get() is None:
+            return info
+        # During the move of a pool instance: its volumes named by path (a
+        # guest live-migrated here, until its next start) are copied by
+        # _migrate_pool_disks_here, through libvirt, not by stock.
+        return [i for i in info if not os.path.basename(
+            i['path']).startswith(instance.uuid + '_')]
+
+    @property
+    def _remotefs(self) -> Any:
+        """Stock's remote filesystem (SSH or rsync), or the destination's
+        libvirtd during a move of a pool instance in this thread."""
+        return _REMOTE.get() or self._stock_remotefs
+
+    @_remotefs.setter
+    def _remotefs(self, value: Any) -> None:
+        # Stock's __init__ sets it.
+        self._stock_remotefs = value
