@@ -32,6 +32,15 @@ def _ssh_sessions(cloud: B.Cloud) -> int:
     return count
 
 
+def _no_ssh_since(cloud: B.Cloud, logins: int, move: str) -> None:
+    """The plugin's moves reach the destination through its libvirtd
+    (issue 13): not one SSH session between the computes."""
+    ssh = _ssh_sessions(cloud) - logins
+    if ssh:
+        raise B.CheckFailed('the move %s opened %d SSH session(s)'
+                            % (move, ssh))
+
+
 def _move(cloud: B.Cloud, conn: Any, res: Mapping[str, Any],
           revert: bool, from_pools: bool = False) -> str:
     pools_host, files_host = B.hosts(cloud)
@@ -60,15 +69,10 @@ def _move(cloud: B.Cloud, conn: Any, res: Mapping[str, Any],
                                 '%s reads %r, not %r' % (
                                     moved_to, 'revert' if revert else
                                     'confirm', path, c['host'], got, marker))
-        ssh = _ssh_sessions(cloud) - logins
-        if from_pools and ssh:
-            # A pool instance's disks go through libvirt (issue 13).
-            raise B.CheckFailed('the move of a pool instance %s -> %s opened '
-                                '%d SSH session(s)' % (source, moved_to, ssh))
-        return '%s -> %s%s: marker read back from the %s %s on %s; %s' % (
+        _no_ssh_since(cloud, logins, '%s -> %s' % (source, moved_to))
+        return '%s -> %s%s: marker read back from the %s %s on %s; no SSH' % (
             source, moved_to, ' (reverted)' if revert else '',
-            kind, os.path.basename(path), c['host'],
-            'no SSH' if not ssh else '%d SSH session(s)' % ssh)
+            kind, os.path.basename(path), c['host'])
     finally:
         conn.compute.delete_server(server)
 
@@ -132,11 +136,13 @@ def check_live_migration(cloud: B.Cloud, conn: Any,
         server, marker = B.mark(cloud, conn, server)
         conn.compute.start_server(server)
         server = B.wait(conn, server, 'ACTIVE')
+        logins = _ssh_sessions(cloud)
         server, there = _live_migrate(cloud, conn, server, files_host,
                                       marker, 'file')
         server, back = _live_migrate(cloud, conn, server, pools_host,
                                      marker, 'volume')
-        return '%s; %s' % (there, back)
+        _no_ssh_since(cloud, logins, 'live, there and back')
+        return '%s; %s; no SSH' % (there, back)
     finally:
         conn.compute.delete_server(server)
 

@@ -20,13 +20,13 @@ namespaces: ``qemu-img``, ``virsh``, the image cache) and at placement:
     A marker written into the instance disk before a move between the two
     computes (separate storage) is read back after it: files into the pools
     host, and a pool volume to the host without pools (reverted, then
-    confirmed) without a single SSH session between the computes (its
-    volumes go through the destination's libvirtd).
+    confirmed), each without a single SSH session between the computes
+    (disks go through the destination's libvirtd).
 ``live-migration``
     A running pool instance live-migrates (block migration, no shared
     storage, no SSH) to the host without pools, where its disk becomes a
-    file, and back into the pool; its marker reads back after each move and
-    nothing of it is left on the host it left.
+    file, and back into the pool; its marker reads back after each move,
+    nothing of it is left on the host it left, and no SSH session opened.
 ``stock-destination``
     With the host without pools restarted on stock's ``libvirt.LibvirtDriver``
     (its nova-imgtype traits removed, as the README says), a running pool
