@@ -59,6 +59,14 @@ class DestinationWithoutImgtype(ImgtypeException, nova_exception.Invalid):
                 "nova-imgtype")
 
 
+class DiskCopyFailed(ImgtypeException):
+    """A disk could not be copied to another host through its libvirtd;
+    what was copied before it was removed there."""
+
+    msg_fmt = _("Copying %(src)s to %(host)s:%(target)s through libvirt "
+                "failed: %(reason)s")
+
+
 class StorageException(ImgtypeException):
     """Base of the storage pool errors; each names the pool."""
 

@@ -126,8 +126,11 @@ def test_a_failed_copy_puts_everything_back(
                               'remove_dir',
                               lambda self, host, path: removed.append(
                                   (host, path))):
-        with pytest.raises(OSError, match='unreachable'):
+        with pytest.raises(nova_exception.InstanceFaultRollback) as e:
             _move(pool_driver, inst, libvirt_uri, {})
+    # Rolled back: the instance keeps its host and may move again.
+    reason = str(e.value.inner_exception)
+    assert 'destination unreachable' in reason and 'dest-host' in reason
     assert removed == [('dest-host', inst_base)]
     assert not os.path.exists(inst_base + '_resize')
     assert sorted(os.listdir(inst_base)) == ['disk.info']

@@ -6,10 +6,12 @@ to its URI); the files are real, made and read by this process.
 """
 
 import os
+import subprocess
 
 import libvirt
 import pytest
 
+from nova_imgtype import exception
 from nova_imgtype.testing import libvirtd as real
 from nova_imgtype.virt.libvirt import remote_storage
 
@@ -132,3 +134,67 @@ def test_a_missing_directory_is_an_error(remote, tmp_path):
     _sparse_file(src, MiB, [(0, b'data')])
     with pytest.raises(libvirt.libvirtError):
         remote.upload(str(src), 'dest', str(tmp_path / 'nowhere' / 'disk'))
+
+
+def _dense(path, size):
+    with open(path, 'wb') as f:
+        f.write(os.urandom(size))
+
+
+@pytest.fixture
+def small_disk(tmp_path, libvirt_daemon):
+    """A 2 MiB filesystem, the destination's pool directory, mounted where
+    its libvirtd sees it (its own mount namespace when it has one); yields
+    (the directory, a function listing it as the daemon sees it)."""
+    where = tmp_path / 'small'
+    where.mkdir()
+    pid = open(libvirt_daemon.pidfile).read().strip()
+    ns = ['nsenter', '-t', pid, '-m', '--'] if libvirt_daemon.mnt_ns else []
+    subprocess.run([*ns, 'mount', '-t', 'tmpfs', '-o', 'size=2m', 'tmpfs',
+                    str(where)], check=True)
+
+    def listing():
+        out = subprocess.run([*ns, 'ls', '-A', str(where)], check=True,
+                             capture_output=True, text=True).stdout
+        return out.split()
+
+    yield where, listing
+    subprocess.run([*ns, 'umount', str(where)], check=True)
+
+
+def test_a_full_destination_fails_the_copy_and_leaves_nothing(
+        remote, tmp_path, small_disk):
+    where, listing = small_disk
+    first, second = tmp_path / 'first', tmp_path / 'second'
+    _dense(first, 512 * 1024)
+    _dense(second, 8 * MiB)
+    with pytest.raises(exception.DiskCopyFailed) as e:
+        remote_storage.send(remote, 'dest', [
+            (str(first), str(where / 'disk'), False),
+            (str(second), str(where / 'disk.local'), False)])
+    assert str(second) in str(e.value) and 'dest:' in str(e.value)
+    # The first copy, made, is removed too.
+    assert listing() == []
+
+
+def test_the_connection_lost_mid_stream(remote, tmp_path, monkeypatch):
+    first, second = tmp_path / 'first', tmp_path / 'second'
+    _dense(first, MiB)
+    _dense(second, 4 * MiB)
+    dest = tmp_path / 'dest'
+    dest.mkdir()
+    real_send = remote_storage._send_sparse
+
+    def cut(stream, f, size, what):
+        if f.name == str(second):
+            stream.send(f.read(MiB))
+            raise libvirt.libvirtError('End of file while reading data: '
+                                       'Input/output error')
+        return real_send(stream, f, size, what)
+
+    monkeypatch.setattr(remote_storage, '_send_sparse', cut)
+    with pytest.raises(exception.DiskCopyFailed, match='End of file'):
+        remote_storage.send(remote, 'dest', [
+            (str(first), str(dest / 'disk'), False),
+            (str(second), str(dest / 'disk.local'), False)])
+    assert os.listdir(dest) == []

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextvars
 import os
 from typing import Any
+from typing import NoReturn
 
 import libvirt
 from nova import exception as nova_exception
@@ -23,6 +24,7 @@ from oslo_log import log as logging
 from oslo_serialization import jsonutils
 from oslo_utils import excutils
 
+from nova_imgtype import exception
 from nova_imgtype.virt.libvirt import pool_dir as pool_dir_mod
 from nova_imgtype.virt.libvirt import pools as pools_mod
 from nova_imgtype.virt.libvirt import remote_storage
@@ -58,6 +60,16 @@ def _unhide(directory: str, hidden: str | None) -> None:
     path = os.path.join(directory, hidden) if hidden else None
     if path and os.path.exists(path):
         os.rename(path, os.path.join(directory, DISK_INFO))
+
+
+def _raise_rollback(e: Exception) -> NoReturn:
+    """After the source is as before the move: a failed copy rolls the
+    move back (the instance keeps its host and disks, and may be moved
+    again); anything else is raised as it is."""
+    if isinstance(e, exception.DiskCopyFailed):
+        raise nova_exception.InstanceFaultRollback(
+            nova_exception.ResizeError(reason=str(e))) from e
+    raise e
 
 
 class Transfers(libvirt_driver.LibvirtDriver):
@@ -110,11 +122,11 @@ class Transfers(libvirt_driver.LibvirtDriver):
                                os.path.join(inst_base, DISK_INFO), shared))
             try:
                 remote_storage.send(remote, dest, copies)
-            except Exception:
-                with excutils.save_and_reraise_exception():
-                    self._cleanup_remote_migration(
-                        dest, inst_base, inst_base_resize, shared)
-                    _unhide(inst_base, kept)
+            except Exception as e:
+                self._cleanup_remote_migration(
+                    dest, inst_base, inst_base_resize, shared)
+                _unhide(inst_base, kept)
+                _raise_rollback(e)
             _unhide(inst_base_resize, kept)
             return jsonutils.dumps(withheld)
         finally:
@@ -219,12 +231,12 @@ class Transfers(libvirt_driver.LibvirtDriver):
                            os.path.join(inst_base, DISK_INFO), shared_dir))
         try:
             remote_storage.send(remote, dest, copies)
-        except Exception:
-            with excutils.save_and_reraise_exception():
-                self._cleanup_remote_migration(
-                    dest, inst_base, inst_base_resize, shared_dir)
-                _unhide(inst_base, kept)
-                pool_dir_mod.stage_in(pool, instance, inst_base, staged)
+        except Exception as e:
+            self._cleanup_remote_migration(
+                dest, inst_base, inst_base_resize, shared_dir)
+            _unhide(inst_base, kept)
+            pool_dir_mod.stage_in(pool, instance, inst_base, staged)
+            _raise_rollback(e)
         for (name, fmt), (_src, target, _shared) in zip(
                 vols, copies[:len(vols)], strict=True):
             disk_info.append({'type': fmt, 'path': target, 'volume': name}

@@ -35,9 +35,9 @@ from xml.etree import ElementTree
 import libvirt
 from nova.virt.libvirt import utils as libvirt_utils
 from oslo_log import log as logging
-from oslo_utils import excutils
 from oslo_utils import fileutils
 
+from nova_imgtype import exception
 from nova_imgtype.virt.libvirt import pool_specs
 
 LOG = logging.getLogger(__name__)
@@ -145,23 +145,35 @@ def send(remote: LibvirtRemoteFilesystem, host: str,
          copies: Sequence[tuple[str, str, bool]]) -> None:
     """Copy each local file to its path on ``host``: ``(source, target,
     shared)``, where ``shared`` says that this host sees the target's
-    directory too (a local copy then, as stock's ``cp``). A failure
-    removes what was copied before it, then raises."""
+    directory too (a local copy then, as stock's ``cp``).
+
+    :raises DiskCopyFailed: a copy failed (the destination's libvirtd went
+        away, its disk is full, ...); what was copied before it has been
+        removed there, as far as the destination still answers.
+    """
     copied: list[tuple[str, bool]] = []
-    try:
-        for src, target, shared in copies:
+    for src, target, shared in copies:
+        try:
             if shared:
                 libvirt_utils.copy_image(src, target)
             else:
                 remote.upload(src, host, target)
-            copied.append((target, shared))
-    except Exception:
-        with excutils.save_and_reraise_exception():
-            for target, shared in copied:
-                if shared:
-                    fileutils.delete_if_exists(target)
-                else:
-                    remote.remove_file(host, target)
+        except Exception as e:
+            for done, done_shared in reversed(copied):
+                try:
+                    if done_shared:
+                        fileutils.delete_if_exists(done)
+                    else:
+                        remote.remove_file(host, done)
+                except Exception as cleanup:  # noqa: BLE001 - said; the
+                    # failed copy is what is raised
+                    LOG.warning('Could not remove %(target)s on %(host)s '
+                                'after a failed copy: %(e)s',
+                                {'target': done, 'host': host,
+                                 'e': cleanup})
+            raise exception.DiskCopyFailed(
+                src=src, host=host, target=target, reason=e) from e
+        copied.append((target, shared))
 
 
 def _pool_xml(path: str) -> str:
