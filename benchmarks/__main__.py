@@ -1,7 +1,7 @@
 """``python -m benchmarks [disk] [scheduling] [handlers] [concurrency]
-[audit] [first-disk]``: run the benchmarks named (all by default) and write
-results/latest.*; results of benchmarks not run this time are kept from
-the previous files."""
+[audit] [first-disk] [moves]``: run the benchmarks named (all by default)
+and write results/latest.*; results of benchmarks not run this time are
+kept from the previous files."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from benchmarks import cache_audit  # noqa: E402
 from benchmarks import concurrent_spawns  # noqa: E402
 from benchmarks import disk_creation  # noqa: E402
 from benchmarks import first_disk  # noqa: E402
+from benchmarks import moves  # noqa: E402
 from benchmarks import scheduling  # noqa: E402
 from benchmarks import template_handlers  # noqa: E402
 
@@ -33,6 +34,7 @@ BENCHMARKS = {
     'concurrency': (concurrent_spawns, 'concurrent spawns'),
     'audit': (cache_audit, 'image cache audit'),
     'first-disk': (first_disk, 'time to first disk'),
+    'moves': (moves, 'moves'),
 }
 
 

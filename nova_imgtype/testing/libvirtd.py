@@ -621,8 +621,11 @@ def _runs_for(pid: int, base: str) -> bool:
         return False
 
 
-def _start_system(timeout: float) -> LibvirtDaemon:
-    """The privileged daemon in a private mount namespace (needs root)."""
+def _start_system(timeout: float,
+                  tcp_address: str | None = None) -> LibvirtDaemon:
+    """The privileged daemon in a private mount namespace (needs root),
+    listening on ``tcp_address`` too (``qemu+tcp://<address>/system``, no
+    authentication) when given."""
     for tool in ('unshare', 'mount', LIBVIRTD):
         if shutil.which(tool) is None:
             raise DaemonStartError('%s not found' % tool)
@@ -645,7 +648,9 @@ def _start_system(timeout: float) -> LibvirtDaemon:
             'unix_sock_dir = "%s/run"\n'
             'auth_unix_rw = "none"\n'
             'auth_unix_ro = "none"\n'
-            'log_outputs = "3:file:%s"\n' % (base, log)))
+            'log_outputs = "3:file:%s"\n' % (base, log)) + (
+            'listen_tls = 0\nlisten_tcp = 1\nauth_tcp = "none"\n'
+            'listen_addr = "%s"\n' % tcp_address if tcp_address else ''))
         # stdio_handler=file: no virtlogd; no cgroups and no per-domain
         # namespaces: nothing left on the host, QEMU stays in our namespace.
         _write(os.path.join(base, 'etc', 'qemu.conf'), (
@@ -663,8 +668,9 @@ def _start_system(timeout: float) -> LibvirtDaemon:
             mounts.append('mount --bind %s %s'
                           % (shlex.quote(src), shlex.quote(target)))
         script = ' && '.join(mounts + [
-            'exec %s -f %s -p %s' % (LIBVIRTD, shlex.quote(conf),
-                                     shlex.quote(pidfile))])
+            'exec %s %s-f %s -p %s' % (
+                LIBVIRTD, '--listen ' if tcp_address else '',
+                shlex.quote(conf), shlex.quote(pidfile))])
         proc = _popen(base, ['unshare', '--mount', '--propagation', 'private',
                        'sh', '-c', script], out)
     except BaseException:
@@ -755,12 +761,15 @@ def _remove_stale_bases() -> None:
 
 
 def start_libvirtd(mode: str | None = None,
-                   timeout: float = STARTUP_TIMEOUT) -> LibvirtDaemon:
+                   timeout: float = STARTUP_TIMEOUT,
+                   tcp_address: str | None = None) -> LibvirtDaemon:
     """Start a throwaway libvirtd and wait until it answers.
 
     ``mode``: ``'system'``, ``'session'`` or ``'auto'`` (default, from
     ``$NOVA_IMGTYPE_LIBVIRTD``): the isolated system daemon as root, the
     session daemon if that fails (with a warning) or if we are not root.
+    ``tcp_address``: the system daemon also listens there (libvirt's TCP
+    port, no authentication), as compute nodes do for migrations.
     Raises :class:`DaemonStartError` with the daemon's log on failure.
     """
     mode = mode or os.environ.get(MODE_ENV) or 'auto'
@@ -772,7 +781,7 @@ def start_libvirtd(mode: str | None = None,
         if os.geteuid() != 0:
             raise DaemonStartError('the system libvirtd needs root')
         try:
-            return _start_system(timeout)
+            return _start_system(timeout, tcp_address)
         except (DaemonStartError, OSError,
                 subprocess.CalledProcessError) as e:
             if mode == 'system':
