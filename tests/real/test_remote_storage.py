@@ -6,6 +6,7 @@ to its URI); the files are real, made and read by this process.
 """
 
 import os
+import signal
 import subprocess
 
 import libvirt
@@ -198,3 +199,43 @@ def test_the_connection_lost_mid_stream(remote, tmp_path, monkeypatch):
             (str(first), str(dest / 'disk'), False),
             (str(second), str(dest / 'disk.local'), False)])
     assert os.listdir(dest) == []
+
+
+def test_the_destination_libvirtd_killed_mid_copy_then_a_retry(tmp_path,
+                                                               monkeypatch):
+    """A libvirtd of its own, killed (SIGKILL) in the middle of the stream:
+    the copy fails naming the file; with the daemon started again, the same
+    copy succeeds (over what the killed one left)."""
+    src = tmp_path / 'src'
+    _dense(src, 16 * MiB)
+    dest = tmp_path / 'dest'
+    dest.mkdir()
+    daemons = [real.start_libvirtd('system')]
+    remote = remote_storage.LibvirtRemoteFilesystem(
+        lambda host: daemons[-1].uri)
+    real_send = remote_storage._send_sparse
+
+    def kill_after_a_chunk(stream, f, size, what):
+        stream.send(f.read(MiB))
+        with open(daemons[-1].pidfile) as p:
+            os.kill(int(p.read()), signal.SIGKILL)
+        return real_send(stream, f, size, what)
+
+    try:
+        monkeypatch.setattr(remote_storage, '_send_sparse',
+                            kill_after_a_chunk)
+        with pytest.raises(exception.DiskCopyFailed, match=str(src)):
+            remote_storage.send(remote, 'dest',
+                                [(str(src), str(dest / 'disk'), False)])
+        daemons[-1].stop()
+        # Nothing could remove it: the destination was gone.
+        assert os.path.getsize(dest / 'disk') == 16 * MiB
+        monkeypatch.setattr(remote_storage, '_send_sparse', real_send)
+        daemons.append(real.start_libvirtd('system'))
+        # What the killed daemon left of the file is replaced.
+        remote_storage.send(remote, 'dest',
+                            [(str(src), str(dest / 'disk'), False)])
+        assert (dest / 'disk').read_bytes() == src.read_bytes()
+    finally:
+        for d in daemons:
+            d.stop()

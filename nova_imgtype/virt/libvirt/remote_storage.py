@@ -118,11 +118,14 @@ class LibvirtRemoteFilesystem:
 
     def upload(self, src: str, host: str, dst_path: str) -> None:
         """The local file ``src`` as ``dst_path`` on ``host``, the same
-        bytes, holes kept; a failed copy leaves no file there."""
+        bytes, holes kept; a failed copy leaves no file there (as long as
+        the destination answers). A file already there, what an earlier
+        failed copy could not remove, is replaced, as ``scp`` does."""
         size = os.path.getsize(src)
         name = os.path.basename(dst_path)
         with self._connection(host) as conn, \
                 _pool_at(conn, os.path.dirname(dst_path)) as pool:
+            _replace_leftover(pool, host, dst_path)
             vol = pool.createXML(pool_specs._volume_xml(name, 'raw', size), 0)
             stream = conn.newStream(0)
             try:
@@ -174,6 +177,17 @@ def send(remote: LibvirtRemoteFilesystem, host: str,
             raise exception.DiskCopyFailed(
                 src=src, host=host, target=target, reason=e) from e
         copied.append((target, shared))
+
+
+def _replace_leftover(pool: libvirt.virStoragePool, host: str,
+                      path: str) -> None:
+    try:
+        old = pool.storageVolLookupByName(os.path.basename(path))
+    except libvirt.libvirtError:
+        return
+    LOG.warning('Replacing %(host)s:%(path)s, left by an earlier copy',
+                {'host': host, 'path': path})
+    old.delete(0)
 
 
 def _pool_xml(path: str) -> str:
