@@ -70,9 +70,18 @@ def _move(cloud: B.Cloud, conn: Any, res: Mapping[str, Any],
                                     moved_to, 'revert' if revert else
                                     'confirm', path, c['host'], got, marker))
         _no_ssh_since(cloud, logins, '%s -> %s' % (source, moved_to))
-        return '%s -> %s%s: marker read back from the %s %s on %s; no SSH' % (
-            source, moved_to, ' (reverted)' if revert else '',
-            kind, os.path.basename(path), c['host'])
+        # Nothing of it on the host it left (templates in _base excepted).
+        left_host = moved_to if revert else source
+        left = B.left_on(cloud, left_host, server)
+        if left:
+            raise B.CheckFailed('after the move %s -> %s and %s, left on '
+                                '%s: %s' % (source, moved_to, 'revert' if
+                                            revert else 'confirm',
+                                            left_host, ', '.join(left)))
+        return ('%s -> %s%s: marker read back from the %s %s on %s; nothing '
+                'left on %s; no SSH' % (
+                    source, moved_to, ' (reverted)' if revert else '',
+                    kind, os.path.basename(path), c['host'], left_host))
     finally:
         conn.compute.delete_server(server)
 

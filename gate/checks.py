@@ -20,8 +20,9 @@ namespaces: ``qemu-img``, ``virsh``, the image cache) and at placement:
     A marker written into the instance disk before a move between the two
     computes (separate storage) is read back after it: files into the pools
     host, and a pool volume to the host without pools (reverted, then
-    confirmed), each without a single SSH session between the computes
-    (disks go through the destination's libvirtd).
+    confirmed), each leaving nothing of it on the host it left and without
+    a single SSH session between the computes (disks go through the
+    destination's libvirtd).
 ``live-migration``
     A running pool instance live-migrates (block migration, no shared
     storage, no SSH) to the host without pools, where its disk becomes a

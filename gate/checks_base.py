@@ -123,10 +123,12 @@ def mark(cloud: Cloud, conn: Any, server: Any) -> tuple[Any, bytes]:
 
 
 def left_on(cloud: Cloud, host: str, server: Any) -> list[str]:
-    """What of the server is still on ``host``: its instance directory and
-    its volumes in the dir pool's directory."""
+    """What of the server is still on ``host``: its instance directory (or
+    the one kept for a revert) and its volumes in the dir pool's
+    directory."""
     root = compute(cloud, host)['host_instances_path']
-    left = [p for p in (os.path.join(root, server.id),)
+    left = [p for p in (os.path.join(root, server.id),
+                        os.path.join(root, server.id + '_resize'))
             if os.path.exists(p)]
     disks = os.path.join(root, 'disks')
     if os.path.isdir(disks):
