@@ -1,0 +1,101 @@
+"""Real: the move of a legacy instance into the pool, its nova-compute
+killed (SIGKILL, in a process of its own) at each step, then the driver
+started again (issue 12: "crash injection at every step of a transition").
+
+Real: the kill, the files (qcow2 with data, made by qemu-img), the pool on
+the throwaway libvirtd. The record the killed process saves goes to a file
+(no Nova DB runs here); the restarted driver reads it, as nova-compute
+reads its instances' system metadata from the DB.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from unittest import mock
+
+import pytest
+from nova import objects
+from nova.virt.libvirt import driver as stock_driver
+
+from nova_imgtype.testing import libvirtd as real
+from nova_imgtype.virt.libvirt import pools
+from nova_imgtype.virt.libvirt import resolver as resolver_mod
+from tests.real.test_libvirt_storage import pool_driver  # noqa: F401
+from tests.real.test_native_images import conf  # noqa: F401
+from tests.real.test_native_images import driver  # noqa: F401
+
+SCRIPT = os.path.join(os.path.dirname(__file__), 'scripts',
+                      'move_then_die.py')
+NAMES = ('disk', 'disk.local')
+LEGACY = {'imgtype_backend': 'qcow2', 'imgtype_storage': 'legacy',
+          'imgtype_native_formats': 'qcow2'}
+
+
+def _legacy_instance(instances_path):
+    inst_uuid = str(uuid.uuid4())
+    inst_dir = os.path.join(instances_path, inst_uuid)
+    os.makedirs(inst_dir)
+    data = {}
+    for name in NAMES:
+        path = os.path.join(inst_dir, name)
+        real.make_image(path, 'qcow2', 4 * 1024 * 1024)
+        with open(path, 'ab') as f:
+            f.write(name.encode() * 1000)
+        with open(path, 'rb') as f:
+            data[name] = f.read()
+    return inst_uuid, inst_dir, data
+
+
+@pytest.mark.parametrize('die_at,record_saved', [
+    ('save', False),        # the new record not saved: still legacy
+    ('rename-0', True),     # saved, nothing moved yet
+    ('rename-1', True),     # saved, one file moved
+])
+def test_killed_at_each_step_then_started_again(
+        pool_driver, libvirt_uri, tmp_path, die_at,  # noqa: F811
+        record_saved):
+    instances_path = pool_driver._resolver._conf.instances_path
+    inst_uuid, inst_dir, data = _legacy_instance(instances_path)
+    record = str(tmp_path / 'record.json')
+    proc = subprocess.run(
+        [sys.executable, SCRIPT, libvirt_uri, instances_path, inst_uuid,
+         die_at, record], capture_output=True, text=True, check=False)
+    assert proc.returncode == -signal.SIGKILL, proc.stdout + proc.stderr
+
+    sysmeta = dict(LEGACY)
+    if os.path.exists(record):
+        with open(record) as f:
+            sysmeta = json.load(f)
+    assert (sysmeta['imgtype_storage'] == 'pools') is record_saved
+    inst = objects.Instance(uuid=inst_uuid, host='host1',
+                            system_metadata=sysmeta)
+    inst.save = mock.Mock()
+
+    # nova-compute starts again.
+    with mock.patch.object(stock_driver.LibvirtDriver, 'init_host'), \
+            mock.patch.object(objects.InstanceList, 'get_by_host',
+                              return_value=[inst]):
+        pool_driver.init_host('host1')
+
+    pool = pool_driver._pools.get(pools.DISKS_POOL)
+    target = pools.pool_target(pool)
+    if record_saved:
+        # The move is finished: every disk is a volume, with its data.
+        assert pool_driver._resolver.recorded(inst).storage == \
+            resolver_mod.POOLS
+        for name in NAMES:
+            vol = pools.volume_name(inst_uuid, name)
+            assert vol in pool.listVolumes()
+            with open(os.path.join(target, vol), 'rb') as f:
+                assert f.read() == data[name]
+            assert not os.path.exists(os.path.join(inst_dir, name))
+    else:
+        # Nothing moved: the legacy files, as they were.
+        for name in NAMES:
+            with open(os.path.join(inst_dir, name), 'rb') as f:
+                assert f.read() == data[name]
+        assert not [v for v in pool.listVolumes()
+                    if v.startswith(inst_uuid)]
