@@ -10,6 +10,7 @@ reads its instances' system metadata from the DB.
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,9 +24,11 @@ from nova.virt.libvirt import driver as stock_driver
 from nova_imgtype.testing import libvirtd as real
 from nova_imgtype.virt.libvirt import pools
 from nova_imgtype.virt.libvirt import resolver as resolver_mod
+from tests.real.test_libvirt_storage import _boot_disk
 from tests.real.test_libvirt_storage import pool_driver  # noqa: F401
 from tests.real.test_native_images import conf  # noqa: F401
 from tests.real.test_native_images import driver  # noqa: F401
+from tests.real.test_native_images import glance  # noqa: F401
 
 SCRIPT = os.path.join(os.path.dirname(__file__), 'scripts',
                       'move_then_die.py')
@@ -99,3 +102,66 @@ def test_killed_at_each_step_then_started_again(
                 assert f.read() == data[name]
         assert not [v for v in pool.listVolumes()
                     if v.startswith(inst_uuid)]
+
+
+COLD_SCRIPT = os.path.join(os.path.dirname(__file__), 'scripts',
+                           'cold_move_then_die.py')
+
+
+@pytest.mark.parametrize('die_at', ['stage-1', 'stock', 'copy'])
+def test_cold_move_killed_at_each_step_then_reverted_at_start(
+        pool_driver, glance, libvirt_uri, tmp_path, die_at):  # noqa: F811
+    """The cold move of a pool instance (through libvirt) killed: between
+    the volumes staged out, once stock kept the directory, in the middle
+    of the stream. Started again, nova-compute reverts the move (stock's
+    ``_init_instance`` calls ``finish_revert_migration`` for an instance
+    left in ``resize_migrating``): every volume back in the pool with its
+    data."""
+    image_id = str(uuid.uuid4())
+    src = str(tmp_path / 'img.qcow2')
+    real.make_image(src, 'qcow2', 16 * 1024 * 1024)
+    glance[image_id] = (src, 'qcow2')
+    inst, disk = _boot_disk(pool_driver, image_id, 'qcow2')
+    inst.host = 'host1'
+    inst.save = mock.Mock()
+    pool = pool_driver._pools.get(pools.DISKS_POOL)
+    target = pools.pool_target(pool)
+    local = os.path.join(target, pools.volume_name(inst.uuid, 'disk.local'))
+    real.make_image(local, 'qcow2', 8 * 1024 * 1024)
+    pool.refresh(0)
+    data = {}
+    for path in (disk.path, local):
+        with open(path, 'ab') as f:
+            f.write(b'instance data ' * 500)
+        with open(path, 'rb') as f:
+            data[os.path.basename(path)] = f.read()
+    inst_base = os.path.join(pool_driver._resolver._conf.instances_path,
+                             inst.uuid)
+    os.makedirs(inst_base)
+    with open(os.path.join(inst_base, 'disk.info'), 'w') as f:
+        f.write('{}')
+
+    proc = subprocess.run(
+        [sys.executable, COLD_SCRIPT, libvirt_uri,
+         pool_driver._resolver._conf.instances_path, inst.uuid,
+         json.dumps(dict(inst.system_metadata)), die_at],
+        capture_output=True, text=True, check=False)
+    assert proc.returncode == -signal.SIGKILL, proc.stdout + proc.stderr
+
+    def stock_revert(self, context, instance, *args, **kwargs):
+        # What stock does with the directory it kept.
+        if os.path.isdir(inst_base + '_resize'):
+            shutil.rmtree(inst_base, ignore_errors=True)
+            os.rename(inst_base + '_resize', inst_base)
+
+    with mock.patch.object(stock_driver.LibvirtDriver,
+                           'finish_revert_migration', stock_revert):
+        pool_driver.finish_revert_migration(None, inst, [], mock.Mock())
+
+    pool.refresh(0)
+    for name, content in data.items():
+        assert name in pool.listVolumes()
+        with open(os.path.join(target, name), 'rb') as f:
+            assert f.read() == content
+    assert sorted(os.listdir(inst_base)) == ['disk.info']
+    assert not os.path.exists(inst_base + '_resize')

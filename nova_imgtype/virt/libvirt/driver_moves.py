@@ -166,6 +166,7 @@ class ColdMoves(driver_transfers.Transfers):
             # restarted while migrating reverts): the volumes are still
             # staged in the instance directory.
             backup_dir = inst_dir
+        driver_transfers.unhide_disk_info(backup_dir)
         names = (os.listdir(backup_dir) if os.path.isdir(backup_dir)
                  else [])
         volumes = [n for n in names if n.startswith(instance.uuid + '_')]

@@ -55,6 +55,12 @@ def _hide(directory: str, name: str) -> str | None:
     return _HIDDEN
 
 
+def unhide_disk_info(directory: str) -> None:
+    """Put back a ``disk.info`` a move hid in ``directory`` (one a crash
+    interrupted)."""
+    _unhide(directory, _HIDDEN)
+
+
 def _unhide(directory: str, hidden: str | None) -> None:
     """Undo :func:`_hide` in ``directory`` (where it may have moved)."""
     path = os.path.join(directory, hidden) if hidden else None

@@ -1,0 +1,97 @@
+"""Run by tests/real/test_crash_kills.py in a process of its own: the cold
+move of a pool instance through libvirt, the process killed (SIGKILL) at a
+chosen step.
+
+argv: libvirt URI, instances_path, instance uuid, its system metadata
+(JSON), the step to die at (``stage-N``: before the N-th volume is staged
+out of the pool, from 0; ``stock``: once stock kept the directory as
+``_resize``; ``copy``: in the middle of the stream).
+"""
+
+import json
+import os
+import signal
+import sys
+from unittest import mock
+
+# As nova-compute starts in Nova 34 (native threading), before anything
+# else is imported.
+os.environ.setdefault('OS_NOVA_DISABLE_EVENTLET_PATCHING', '1')
+from nova import monkey_patch  # noqa: E402
+
+monkey_patch.patch(backend='threading')
+
+import libvirt  # noqa: E402
+import nova.conf  # noqa: E402
+from nova import objects  # noqa: E402
+from nova.tests import fixtures as nova_fixtures  # noqa: E402
+from nova.virt import fake  # noqa: E402
+from nova.virt.libvirt import driver as stock_driver  # noqa: E402
+from nova.virt.libvirt import utils as libvirt_utils  # noqa: E402
+
+import nova_imgtype.conf  # noqa: E402, F401  (registers our options)
+from nova_imgtype.virt.libvirt import driver as imgtype_driver  # noqa: E402
+from nova_imgtype.virt.libvirt import pools  # noqa: E402
+from nova_imgtype.virt.libvirt import remote_storage  # noqa: E402
+
+uri, instances_path, uuid, sysmeta, die_at = sys.argv[1:]
+objects.register_all()
+CONF = nova.conf.CONF
+CONF([], project='nova', default_config_files=[])
+CONF.set_override('instances_path', instances_path)
+CONF.set_override('host', 'host1')
+CONF.set_override('use_storage_pools', True, group='libvirt')
+CONF.set_override('images_type', 'qcow2', group='libvirt')
+nova_fixtures.LibvirtFixture().setUp()
+drv = imgtype_driver.LibvirtDriver(fake.FakeVirtAPI(), False)
+conn = libvirt.open(uri)
+drv._pools = drv.image_backend.pools = pools.StoragePools(lambda: conn)
+inst = objects.Instance(uuid=uuid, host='host1',
+                        system_metadata=json.loads(sysmeta))
+
+
+def die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def stock(self, context, instance, dest, *args, **kwargs):
+    # What stock does around the plugin's part: the directory kept.
+    inst_base = libvirt_utils.get_instance_path(instance)
+    os.rename(inst_base, inst_base + '_resize')
+    if die_at == 'stock':
+        die()
+    self._remotefs.create_dir(dest, inst_base)
+    return '[]'
+
+
+renames = [0]
+real_rename = os.rename
+
+
+def rename(src: str, dst: str) -> None:
+    if die_at == 'stage-%d' % renames[0]:
+        die()
+    renames[0] += 1
+    real_rename(src, dst)
+
+
+real_send = remote_storage._send_sparse
+
+
+def send(stream, f, size, what):
+    if die_at == 'copy':
+        stream.send(f.read(64 * 1024))
+        die()
+    return real_send(stream, f, size, what)
+
+
+os.rename = rename
+remote_storage._send_sparse = send
+with mock.patch.object(stock_driver.LibvirtDriver,
+                       'migrate_disk_and_power_off', stock), \
+        mock.patch.object(drv, 'power_off'), \
+        mock.patch.object(drv, '_is_path_shared_with', return_value=False), \
+        mock.patch.object(stock_driver.LibvirtDriver, '_live_migration_uri',
+                          staticmethod(lambda dest: uri)):
+    drv._migrate_pool_disks(None, inst, 'dest-host', None, None, None, 0, 0)
+print('not killed')
