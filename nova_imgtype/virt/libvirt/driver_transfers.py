@@ -34,8 +34,9 @@ LOG = logging.getLogger(__name__)
 DISK_INFO = 'disk.info'
 _HIDDEN = DISK_INFO + '.imgtype-moving'
 
-#: The remote filesystem of the cold move of a pool instance running in
-#: this thread (the destination's libvirtd); None for any other move.
+#: The remote filesystem of the cold move running in this thread (the
+#: destination's libvirtd); None outside one (stock's SSH or rsync, for
+#: a vTPM instance's move or anything else).
 _REMOTE: contextvars.ContextVar[
     remote_storage.LibvirtRemoteFilesystem | None] = contextvars.ContextVar(
         'nova_imgtype_remotefs', default=None)
@@ -273,8 +274,8 @@ class Transfers(libvirt_driver.LibvirtDriver):
 
     @property
     def _remotefs(self) -> Any:
-        """Stock's remote filesystem (SSH or rsync), or the destination's
-        libvirtd during a move of a pool instance in this thread."""
+        """The destination's libvirtd during a cold move in this thread
+        (:mod:`.remote_storage`), stock's (SSH or rsync) otherwise."""
         return _REMOTE.get() or self._stock_remotefs
 
     @_remotefs.setter
