@@ -210,3 +210,36 @@ def test_legacy_files_go_through_libvirt_too(
         assert f.read() == data
     assert sorted(os.listdir(inst_base + '_resize')) == [
         'disk', 'disk.info', 'disk.swap']
+
+
+def test_a_move_stock_refuses_removes_the_directory_made_there(
+        pool_driver, pool_instance, libvirt_uri):  # noqa: F811
+    """Stock refuses (a resize down) before keeping ``_resize``: the
+    volumes go back into the pool, and the instance directory made on the
+    destination is removed (here this host's own: recorded, not done)."""
+    inst, path, data, inst_base = pool_instance
+
+    def refuse(self, context, instance, dest, *args, **kwargs):
+        raise nova_exception.InstanceFaultRollback(
+            nova_exception.ResizeError(reason='Unable to resize disk down.'))
+
+    removed = []
+    with mock.patch.object(STOCK, 'migrate_disk_and_power_off', refuse), \
+            mock.patch.object(pool_driver, 'power_off'), \
+            mock.patch.object(pool_driver, '_is_path_shared_with',
+                              return_value=False), \
+            mock.patch.object(STOCK, '_live_migration_uri',
+                              staticmethod(lambda dest: libvirt_uri)), \
+            mock.patch.object(remote_storage.LibvirtRemoteFilesystem,
+                              'remove_dir',
+                              lambda self, host, p: removed.append(
+                                  (host, p))):
+        with pytest.raises(nova_exception.InstanceFaultRollback):
+            pool_driver._migrate_pool_disks(None, inst, 'dest-host', None,
+                                            None, None, 0, 0)
+    assert removed == [('dest-host', inst_base)]
+    assert sorted(os.listdir(inst_base)) == ['disk.info']
+    with open(path, 'rb') as f:
+        assert f.read() == data
+    name = pools.volume_name(inst.uuid, 'disk')
+    assert name in pool_driver._pools.get(pools.DISKS_POOL).listVolumes()

@@ -8,7 +8,10 @@ sees; no copy is made (tests/real/test_cold_moves_libvirt makes them).
 import threading
 from unittest import mock
 
+import pytest
+from nova import exception as nova_exception
 from nova import objects
+from nova.virt.libvirt import utils as libvirt_utils
 from nova.virt.libvirt.volume import remotefs
 
 from nova_imgtype.virt.libvirt import remote_storage
@@ -74,3 +77,33 @@ def test_a_vtpm_instance_moves_the_stock_way(make_driver):  # noqa: F811
     # Stock's SSH copies its TPM state; nothing of the libvirt path ran.
     assert isinstance(seen['remotefs'], remotefs.RemoteFilesystem)
     reach.assert_not_called()
+
+
+def _refused_by_stock(self, context, instance, dest, *args, **kwargs):
+    # Stock's own refusal, before it keeps the directory as _resize.
+    raise nova_exception.InstanceFaultRollback(
+        nova_exception.ResizeError(reason='Unable to resize disk down.'))
+
+
+@pytest.mark.parametrize('made', [True, False])
+def test_a_refused_move_removes_the_directory_it_made_there(
+        make_driver, made):  # noqa: F811
+    drv = make_driver(images_type='qcow2')
+    inst = _instance()
+    inst.flavor = objects.Flavor(extra_specs={})
+    inst_base = libvirt_utils.get_instance_path(inst)
+    with mock.patch.object(STOCK, 'migrate_disk_and_power_off',
+                           _refused_by_stock), \
+            mock.patch.object(drv, '_reach_destination',
+                              return_value=made), \
+            mock.patch.object(remote_storage.LibvirtRemoteFilesystem,
+                              'remove_dir') as remove_dir, \
+            mock.patch.object(objects.Instance, 'image_meta',
+                              objects.ImageMeta.from_dict({})):
+        with pytest.raises(nova_exception.InstanceFaultRollback):
+            drv._migrate_files(None, inst, 'dest', None, None, None, 0, 0)
+    if made:
+        remove_dir.assert_called_once_with('dest', inst_base)
+    else:
+        # Shared with the destination: nothing was made there.
+        remove_dir.assert_not_called()

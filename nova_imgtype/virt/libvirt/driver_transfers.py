@@ -69,6 +69,22 @@ def _unhide(directory: str, hidden: str | None) -> None:
         os.rename(path, os.path.join(directory, DISK_INFO))
 
 
+def _unmake(remote: remote_storage.LibvirtRemoteFilesystem, dest: str,
+            inst_base: str, made: bool) -> None:
+    """Remove the directory :meth:`Transfers._reach_destination` made on
+    the destination, after stock's part of the move failed: when stock
+    refused it before keeping the instance directory as ``_resize`` (a
+    resize down, an lvm host), nothing else would (after, stock's
+    ``_cleanup_remote_migration`` did already: this finds nothing)."""
+    if not made:
+        return
+    try:
+        remote.remove_dir(dest, inst_base)
+    except libvirt.libvirtError as e:
+        LOG.warning('Could not remove %(dir)s on %(dest)s: %(e)s',
+                    {'dir': inst_base, 'dest': dest, 'e': e})
+
+
 def _raise_rollback(e: Exception) -> NoReturn:
     """After the source is as before the move: a failed copy rolls the
     move back (the instance keeps its host and disks, and may be moved
@@ -109,7 +125,7 @@ class Transfers(libvirt_driver.LibvirtDriver):
         inst_base = libvirt_utils.get_instance_path(instance)
         inst_base_resize = inst_base + '_resize'
         try:
-            self._reach_destination(remote, instance, dest)
+            made = self._reach_destination(remote, instance, dest)
             kept = _hide(inst_base, DISK_INFO)
             try:
                 super().migrate_disk_and_power_off(
@@ -119,6 +135,7 @@ class Transfers(libvirt_driver.LibvirtDriver):
             except Exception:
                 with excutils.save_and_reraise_exception():
                     _unhide(inst_base, kept)
+                    _unmake(remote, dest, inst_base, made)
             shared = self._is_path_shared_with(dest, inst_base)
             copies = [(os.path.join(inst_base_resize,
                                     os.path.basename(i['path'])),
@@ -167,27 +184,30 @@ class Transfers(libvirt_driver.LibvirtDriver):
             self._live_migration_uri)
         token = _REMOTE.set(remote)
         try:
-            self._reach_destination(remote, instance, dest)
+            made = self._reach_destination(remote, instance, dest)
             return self._migrate_pool_disks_here(
                 context, instance, dest, flavor, network_info,
                 block_device_info, timeout, retry_interval, dest_pools,
-                remote)
+                remote, made)
         finally:
             _REMOTE.reset(token)
 
     def _reach_destination(self, remote: Any, instance: objects.Instance,
-                           dest: str) -> None:
+                           dest: str) -> bool:
         """Make the instance directory on the destination through its
         libvirtd before anything is touched here (stock makes it before it
         powers off; this move powers off first, to stage the volumes).
 
+        :returns: whether the directory was made there (not shared).
         :raises InstanceFaultRollback: the destination's libvirtd does not
             answer, or refuses.
         """
         inst_base = libvirt_utils.get_instance_path(instance)
         try:
-            if not self._is_path_shared_with(dest, inst_base):
-                remote.create_dir(dest, inst_base)
+            if self._is_path_shared_with(dest, inst_base):
+                return False
+            remote.create_dir(dest, inst_base)
+            return True
         except libvirt.libvirtError as e:
             raise nova_exception.InstanceFaultRollback(
                 nova_exception.ResizeError(reason=_(
@@ -201,7 +221,8 @@ class Transfers(libvirt_driver.LibvirtDriver):
             self, context: Any, instance: objects.Instance, dest: str,
             flavor: Any, network_info: Any, block_device_info: Any,
             timeout: int, retry_interval: int, dest_pools: bool,
-            remote: remote_storage.LibvirtRemoteFilesystem) -> str:
+            remote: remote_storage.LibvirtRemoteFilesystem,
+            made: bool) -> str:
         pool = self._instance_pool(instance)
         pool_dir = pools_mod.pool_target(pool)
         inst_base = libvirt_utils.get_instance_path(instance)
@@ -227,6 +248,7 @@ class Transfers(libvirt_driver.LibvirtDriver):
                 # Stock put the instance directory back in place.
                 _unhide(inst_base, kept)
                 pool_dir_mod.stage_in(pool, instance, inst_base, staged)
+                _unmake(remote, dest, inst_base, made)
         target_dir = pool_dir if dest_pools else inst_base
         shared_pool = self._is_path_shared_with(dest, target_dir)
         shared_dir = self._is_path_shared_with(dest, inst_base)
