@@ -135,6 +135,15 @@ def _live_migrate(cloud: B.Cloud, conn: Any, server: Any, to: str,
         source, to, kind, os.path.basename(path))
 
 
+def _running_marked(cloud: B.Cloud, conn: Any,
+                    server: Any) -> tuple[Any, bytes]:
+    """A marker written into the server's disk, the server running again;
+    (the server, the marker)."""
+    server, marker = B.mark(cloud, conn, server)
+    conn.compute.start_server(server)
+    return B.wait(conn, server, 'ACTIVE'), marker
+
+
 def check_live_migration(cloud: B.Cloud, conn: Any,
                          res: Mapping[str, Any]) -> str:
     # A running pool instance (a qcow2 overlay volume) to the host without
@@ -142,9 +151,7 @@ def check_live_migration(cloud: B.Cloud, conn: Any,
     pools_host, files_host = B.hosts(cloud)
     server = B.boot(conn, res, 'qcow2', pools_host)
     try:
-        server, marker = B.mark(cloud, conn, server)
-        conn.compute.start_server(server)
-        server = B.wait(conn, server, 'ACTIVE')
+        server, marker = _running_marked(cloud, conn, server)
         logins = _ssh_sessions(cloud)
         server, there = _live_migrate(cloud, conn, server, files_host,
                                       marker, 'file')
@@ -237,9 +244,7 @@ def check_stock_destination(cloud: B.Cloud, conn: Any,
     pools_host, files_host = B.hosts(cloud)
     server = B.boot(conn, res, 'qcow2', pools_host)
     try:
-        server, marker = B.mark(cloud, conn, server)
-        conn.compute.start_server(server)
-        server = B.wait(conn, server, 'ACTIVE')
+        server, marker = _running_marked(cloud, conn, server)
         with _on_stock(cloud, conn, files_host):
             conn.compute.post('/servers/%s/action' % server.id,
                               json={'migrate': None}, microversion='2.56')

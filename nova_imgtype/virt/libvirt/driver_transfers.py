@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextvars
 import os
+from collections.abc import Callable
 from typing import Any
 from typing import NoReturn
 
@@ -141,17 +142,7 @@ class Transfers(libvirt_driver.LibvirtDriver):
                                     os.path.basename(i['path'])),
                        i['path'], shared) for i in withheld
                       if os.path.basename(i['path']) != 'disk.swap']
-            if kept:
-                copies.append((os.path.join(inst_base_resize, kept),
-                               os.path.join(inst_base, DISK_INFO), shared))
-            try:
-                remote_storage.send(remote, dest, copies)
-            except Exception as e:
-                self._cleanup_remote_migration(
-                    dest, inst_base, inst_base_resize, shared)
-                _unhide(inst_base, kept)
-                _raise_rollback(e)
-            _unhide(inst_base_resize, kept)
+            self._send(remote, dest, inst_base, copies, kept, shared)
             return jsonutils.dumps(withheld)
         finally:
             _WITHHELD.reset(tokens[1])
@@ -255,28 +246,43 @@ class Transfers(libvirt_driver.LibvirtDriver):
         copies = [(os.path.join(inst_base_resize, name), os.path.join(
             target_dir, name if dest_pools else name[len(instance.uuid) + 1:]),
             shared_pool) for name, _fmt in vols]
+        self._send(remote, dest, inst_base, copies, kept, shared_dir,
+                   undo=lambda: pool_dir_mod.stage_in(pool, instance,
+                                                      inst_base, staged))
+        for (name, fmt), (_src, target, _shared) in zip(
+                vols, copies, strict=True):
+            disk_info.append({'type': fmt, 'path': target, 'volume': name}
+                             if dest_pools else
+                             {'type': fmt, 'path': target})
+        if shared_pool and dest_pools:
+            # The copies are in this pool's directory too (same host, or a
+            # shared one): make libvirt see them.
+            pool.refresh(0)
+        return jsonutils.dumps(disk_info)
+
+    def _send(self, remote: remote_storage.LibvirtRemoteFilesystem,
+              dest: str, inst_base: str,
+              copies: list[tuple[str, str, bool]], kept: str | None,
+              shared_dir: bool,
+              undo: Callable[[], None] | None = None) -> None:
+        """Send the disks (and a hidden ``disk.info``) from ``_resize`` to
+        the destination; on a failure, put this host back as before the
+        move (stock's clean-up, then ``undo``) and roll the move back."""
+        inst_base_resize = inst_base + '_resize'
         if kept:
-            copies.append((os.path.join(inst_base_resize, kept),
-                           os.path.join(inst_base, DISK_INFO), shared_dir))
+            copies = copies + [(os.path.join(inst_base_resize, kept),
+                                os.path.join(inst_base, DISK_INFO),
+                                shared_dir)]
         try:
             remote_storage.send(remote, dest, copies)
         except Exception as e:
             self._cleanup_remote_migration(
                 dest, inst_base, inst_base_resize, shared_dir)
             _unhide(inst_base, kept)
-            pool_dir_mod.stage_in(pool, instance, inst_base, staged)
+            if undo is not None:
+                undo()
             _raise_rollback(e)
-        for (name, fmt), (_src, target, _shared) in zip(
-                vols, copies[:len(vols)], strict=True):
-            disk_info.append({'type': fmt, 'path': target, 'volume': name}
-                             if dest_pools else
-                             {'type': fmt, 'path': target})
         _unhide(inst_base_resize, kept)
-        if shared_pool and dest_pools:
-            # The copies are in this pool's directory too (same host, or a
-            # shared one): make libvirt see them.
-            pool.refresh(0)
-        return jsonutils.dumps(disk_info)
 
     def _get_instance_disk_info(self, instance: objects.Instance,
                                 *args: Any, **kwargs: Any) -> Any:

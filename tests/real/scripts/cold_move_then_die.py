@@ -14,38 +14,15 @@ import signal
 import sys
 from unittest import mock
 
-# As nova-compute starts in Nova 34 (native threading), before anything
-# else is imported.
-os.environ.setdefault('OS_NOVA_DISABLE_EVENTLET_PATCHING', '1')
-from nova import monkey_patch  # noqa: E402
+import compute_here  # noqa: I001  (first: Nova's threading patch)
+from nova import objects
+from nova.virt.libvirt import driver as stock_driver
+from nova.virt.libvirt import utils as libvirt_utils
 
-monkey_patch.patch(backend='threading')
-
-import libvirt  # noqa: E402
-import nova.conf  # noqa: E402
-from nova import objects  # noqa: E402
-from nova.tests import fixtures as nova_fixtures  # noqa: E402
-from nova.virt import fake  # noqa: E402
-from nova.virt.libvirt import driver as stock_driver  # noqa: E402
-from nova.virt.libvirt import utils as libvirt_utils  # noqa: E402
-
-import nova_imgtype.conf  # noqa: E402, F401  (registers our options)
-from nova_imgtype.virt.libvirt import driver as imgtype_driver  # noqa: E402
-from nova_imgtype.virt.libvirt import pools  # noqa: E402
-from nova_imgtype.virt.libvirt import remote_storage  # noqa: E402
+from nova_imgtype.virt.libvirt import remote_storage
 
 uri, instances_path, uuid, sysmeta, die_at = sys.argv[1:]
-objects.register_all()
-CONF = nova.conf.CONF
-CONF([], project='nova', default_config_files=[])
-CONF.set_override('instances_path', instances_path)
-CONF.set_override('host', 'host1')
-CONF.set_override('use_storage_pools', True, group='libvirt')
-CONF.set_override('images_type', 'qcow2', group='libvirt')
-nova_fixtures.LibvirtFixture().setUp()
-drv = imgtype_driver.LibvirtDriver(fake.FakeVirtAPI(), False)
-conn = libvirt.open(uri)
-drv._pools = drv.image_backend.pools = pools.StoragePools(lambda: conn)
+drv = compute_here.driver(uri, instances_path)
 inst = objects.Instance(uuid=uuid, host='host1',
                         system_metadata=json.loads(sysmeta))
 
