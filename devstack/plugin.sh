@@ -18,8 +18,10 @@ set -o xtrace
 function install_nova_imgtype {
     # Not editable (-e): the package ships the driver shim
     # nova/virt/imgtype, which only works installed next to Nova's modules.
-    # --no-deps: requirements.txt pins the released nova==34.0.0, while
-    # devstack runs Nova (and everything it needs) from git. The trailing
+    # --no-deps: devstack installs Nova and what it needs from git (a
+    # development version our requirements' range, nova>=33.0.0,<35, may
+    # not cover) and its own constraints; pip must not pull released
+    # versions from PyPI next to them. The trailing
     # option keeps pip_install, which looks at its last argument, from also
     # installing our test-requirements.txt.
     pip_install --no-deps "$NOVA_IMGTYPE_DIR" --no-compile

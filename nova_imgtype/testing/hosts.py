@@ -262,11 +262,18 @@ class SeparateHosts(fixtures.Fixture):
             _do_dispatch))
 
     def _patch_spawn(self) -> None:
-        from nova import thread_pool_factory
+        # Nova 34: nova.thread_pool_factory.spawn_on(executor_type, func,
+        # ...); Nova 33: nova.utils.spawn_on(executor, func, ...). Every
+        # spawn of the compute manager and the driver goes through it.
+        try:
+            from nova import thread_pool_factory as where
+            target = 'nova.thread_pool_factory.spawn_on'
+        except ImportError:
+            from nova import utils as where
+            target = 'nova.utils.spawn_on'
+        real = where.spawn_on
 
-        real = thread_pool_factory.spawn_on
-
-        def spawn_on(executor_type: Any, func: Callable[..., Any],
+        def spawn_on(executor: Any, func: Callable[..., Any],
                      *args: Any, **kwargs: Any) -> Any:
             host = _CURRENT.get()
 
@@ -275,10 +282,9 @@ class SeparateHosts(fixtures.Fixture):
                 with _in_namespace(host, self._namespace_of(host)):
                     return func(*a, **kw)
 
-            return real(executor_type, as_spawner, *args, **kwargs)
+            return real(executor, as_spawner, *args, **kwargs)
 
-        self.useFixture(fixtures.MonkeyPatch(
-            'nova.thread_pool_factory.spawn_on', spawn_on))
+        self.useFixture(fixtures.MonkeyPatch(target, spawn_on))
 
     def _patch_options(self) -> None:
         import nova.conf as nova_conf

@@ -14,9 +14,13 @@ import threading
 import fixtures
 import nova.conf
 import testtools
-from nova import thread_pool_factory
 
 from nova_imgtype.testing import hosts
+
+try:  # Nova 34
+    from nova.thread_pool_factory import spawn
+except ImportError:  # Nova 33
+    from nova.utils import spawn  # type: ignore[attr-defined,no-redef]
 
 CONF = nova.conf.CONF
 
@@ -77,9 +81,9 @@ class SeparateHostsTest(testtools.TestCase):
             return hosts.SeparateHosts.current(), os.listdir(self.path)
 
         with self.hosts.running_as('c2'):
-            future = thread_pool_factory.spawn(look)
+            future = spawn(look)
         self.assertEqual(('c2', ['b']), future.result(timeout=10))
-        self.assertEqual((None, []), thread_pool_factory.spawn(look).result(
+        self.assertEqual((None, []), spawn(look).result(
             timeout=10))
 
     def test_options_are_the_computes(self) -> None:

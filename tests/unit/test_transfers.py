@@ -14,10 +14,18 @@ from nova import objects
 from nova.virt.libvirt import utils as libvirt_utils
 from nova.virt.libvirt.volume import remotefs
 
+from nova_imgtype import compat
 from nova_imgtype.virt.libvirt import remote_storage
 from tests.unit.test_driver import STOCK
 from tests.unit.test_driver import _instance
 from tests.unit.test_driver import make_driver  # noqa: F401 - fixture
+
+
+def _moving(drv, inst, dest):
+    """The call of ``migrate_disk_and_power_off`` the helpers forward to
+    stock."""
+    return compat.driver('migrate_disk_and_power_off', drv,
+                         (None, inst, dest, None, None, None, 0, 0), {})
 
 
 def test_a_move_in_one_thread_leaves_other_threads_on_stocks_remotefs(
@@ -42,7 +50,7 @@ def test_a_move_in_one_thread_leaves_other_threads_on_stocks_remotefs(
             mock.patch.object(objects.Instance, 'image_meta',
                               objects.ImageMeta.from_dict({})):
         mover = threading.Thread(target=drv._migrate_files, args=(
-            None, inst, 'dest', None, None, None, 0, 0))
+            _moving(drv, inst, 'dest'), inst, 'dest'))
         mover.start()
         assert inside.wait(10)
         # Another request, in another thread, while the move runs.
@@ -72,8 +80,8 @@ def test_a_vtpm_instance_moves_the_stock_way(make_driver):  # noqa: F811
             mock.patch.object(drv, '_reach_destination') as reach, \
             mock.patch.object(objects.Instance, 'image_meta',
                               objects.ImageMeta.from_dict({})):
-        assert drv._migrate_files(None, inst, 'dest', None, None, None,
-                                  0, 0) == '[{"path": "/x/disk"}]'
+        assert drv._migrate_files(_moving(drv, inst, 'dest'), inst,
+                                  'dest') == '[{"path": "/x/disk"}]'
     # Stock's SSH copies its TPM state; nothing of the libvirt path ran.
     assert isinstance(seen['remotefs'], remotefs.RemoteFilesystem)
     reach.assert_not_called()
@@ -101,7 +109,7 @@ def test_a_refused_move_removes_the_directory_it_made_there(
             mock.patch.object(objects.Instance, 'image_meta',
                               objects.ImageMeta.from_dict({})):
         with pytest.raises(nova_exception.InstanceFaultRollback):
-            drv._migrate_files(None, inst, 'dest', None, None, None, 0, 0)
+            drv._migrate_files(_moving(drv, inst, 'dest'), inst, 'dest')
     if made:
         remove_dir.assert_called_once_with('dest', inst_base)
     else:

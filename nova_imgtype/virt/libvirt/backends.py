@@ -31,7 +31,6 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from collections.abc import Sequence
-from typing import Any
 
 from nova.virt.libvirt import imagebackend
 from oslo_config import cfg
@@ -170,9 +169,3 @@ def accepts_linked_templates(cls: type) -> bool:
         return bool(declared)
     return cls in _STOCK_LINK_SAFE
 
-
-def fetch_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The keyword arguments of ``create_image`` that stock passes on to
-    the fetch function (``prepare_template``): all but ``create_image``'s
-    own ``safe``."""
-    return {k: v for k, v in kwargs.items() if k != 'safe'}

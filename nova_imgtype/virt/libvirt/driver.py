@@ -27,6 +27,7 @@ from oslo_config import cfg
 from oslo_log import log as logging
 
 import nova_imgtype.conf
+from nova_imgtype import compat
 from nova_imgtype import exception
 from nova_imgtype import traits
 from nova_imgtype.virt.libvirt import backends
@@ -63,8 +64,8 @@ class LibvirtDriver(driver_images.Images, driver_live.LiveMigration,
     pools).
     """
 
-    def __init__(self, virtapi: Any, read_only: bool = False) -> None:
-        super().__init__(virtapi, read_only)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self._resolver = resolver_mod.BackendResolver(CONF)
         try:
             mapping = self._resolver.mapping
@@ -108,7 +109,8 @@ class LibvirtDriver(driver_images.Images, driver_live.LiveMigration,
             {traits.native_trait(f) for f in self._resolver.native_formats()
              if f not in excluded})
 
-    def init_host(self, host: str) -> None:
+    def init_host(self, *args: Any, **kwargs: Any) -> None:
+        host: str = compat.driver('init_host', self, args, kwargs)['host']
         # Raises InvalidImagesTypeMapping naming the entry: nova-compute
         # does not start with a mapping this host cannot serve.
         try:
@@ -116,7 +118,7 @@ class LibvirtDriver(driver_images.Images, driver_live.LiveMigration,
         except nova_exception.Invalid as e:
             LOG.error('Refusing to start: %s', e)
             raise
-        super().init_host(host)
+        super().init_host(*args, **kwargs)
         self._template_handler.init(os.path.join(
             CONF.instances_path, CONF.image_cache.subdirectory_name))
         if CONF.libvirt.use_storage_pools:
@@ -147,10 +149,11 @@ class LibvirtDriver(driver_images.Images, driver_live.LiveMigration,
         return [name for name in backends.names()
                 if backends.host_support_error(name, CONF) is None]
 
-    def update_provider_tree(self, provider_tree: Any, nodename: str,
-                             allocations: Any = None) -> None:
-        super().update_provider_tree(provider_tree, nodename,
-                                     allocations=allocations)
+    def update_provider_tree(self, *args: Any, **kwargs: Any) -> None:
+        call = compat.driver('update_provider_tree', self, args, kwargs)
+        provider_tree: Any = call['provider_tree']
+        nodename: str = call['nodename']
+        super().update_provider_tree(*args, **kwargs)
         # COMPUTE_IMAGE_TYPE_* follow self.capabilities (the resource
         # tracker adds and removes them); our custom ones are set here,
         # stale ones (after a config change) removed.
@@ -164,17 +167,16 @@ class LibvirtDriver(driver_images.Images, driver_live.LiveMigration,
 
     # -- instance lifecycle ---------------------------------------------------
 
-    def spawn(self, context: Any, instance: objects.Instance,
-              image_meta: objects.ImageMeta, injected_files: Any,
-              admin_password: Any, allocations: Any, network_info: Any = None,
-              block_device_info: Any = None, power_on: bool = True,
-              accel_info: Any = None) -> None:
+    def spawn(self, *args: Any, **kwargs: Any) -> None:
+        call = compat.driver('spawn', self, args, kwargs)
+        instance: objects.Instance = call['instance']
+        image_meta: objects.ImageMeta = call['image_meta']
         # A build (the first host's, or a reschedule's) decides on this
         # host; a rebuild, evacuation or unshelve keeps the record.
         if (self._resolver.recorded(instance) is None or
                 instance.vm_state == vm_states.BUILDING):
             booted_from_volume = self._is_booted_from_volume(
-                block_device_info)
+                call['block_device_info'])
             disk_format = (None if booted_from_volume
                            else image_meta.obj_attr_is_set('disk_format') and
                            image_meta.disk_format or None)
@@ -195,18 +197,9 @@ class LibvirtDriver(driver_images.Images, driver_live.LiveMigration,
             self._use_this_hosts_pool(instance)
             # Saved by the compute manager once the disks are made.
             instance.system_metadata[SYSMETA_IMAGE] = instance.image_ref
-        super().spawn(context, instance, image_meta, injected_files,
-                      admin_password, allocations, network_info=network_info,
-                      block_device_info=block_device_info, power_on=power_on,
-                      accel_info=accel_info)
+        super().spawn(*args, **kwargs)
 
-    def rebuild(self, context: Any, instance: objects.Instance,
-                image_meta: Any, injected_files: Any, admin_password: Any,
-                allocations: Any, bdms: Any, detach_block_devices: Any,
-                attach_block_devices: Any, network_info: Any = None,
-                evacuate: bool = False, block_device_info: Any = None,
-                preserve_ephemeral: bool = False, accel_uuids: Any = None,
-                reimage_boot_volume: bool = False) -> None:
+    def rebuild(self, *args: Any, **kwargs: Any) -> None:
         """Refuse a rebuild to an image this host cannot use, before the
         old disk is touched; otherwise stock's rebuild (destroy, spawn).
 
@@ -215,16 +208,18 @@ class LibvirtDriver(driver_images.Images, driver_live.LiveMigration,
         stopped. The instance stays as it was, with a fault naming the
         format.
         """
+        call = compat.driver('rebuild', self, args, kwargs)
+        image_meta: Any = call['image_meta']
         disk_format = (image_meta.disk_format
                        if image_meta.obj_attr_is_set('disk_format') else None)
         # (reimage_boot_volume comes True from newer API microversions
         # whatever the root disk is: the root disk decides.)
         if disk_format and not self._is_booted_from_volume(
-                block_device_info):
+                call['block_device_info']):
             supported = self._resolver.supported_formats() - set(
                 CONF.compute.image_type_exclude_list)
             if disk_format not in supported:
-                self._put_back_image(context, instance)
+                self._put_back_image(call['context'], call['instance'])
                 raise nova_exception.InstanceFaultRollback(
                     nova_exception.ImageUnacceptable(
                         image_id=image_meta.id if image_meta.obj_attr_is_set(
@@ -278,11 +273,10 @@ class LibvirtDriver(driver_images.Images, driver_live.LiveMigration,
                  {'backend': decision.backend, 'storage': new.storage,
                   'was': decision.storage}, instance=instance)
 
-    def _cleanup(self, context: Any, instance: objects.Instance,
-                 network_info: Any, block_device_info: Any = None,
-                 destroy_vifs: bool = True, cleanup_instance_dir: bool = False,
-                 cleanup_instance_disks: bool = False,
-                 destroy_secrets: bool = True) -> None:
+    def _cleanup(self, *args: Any, **kwargs: Any) -> None:
+        call = compat.driver('_cleanup', self, args, kwargs)
+        instance: objects.Instance = call['instance']
+        cleanup_instance_disks: bool = call['cleanup_instance_disks']
         decision = self._resolver.decision_for(instance)
         failed: Exception | None = None
         if (cleanup_instance_disks and
@@ -295,7 +289,7 @@ class LibvirtDriver(driver_images.Images, driver_live.LiveMigration,
             # disks are found through it), as stock does.
             try:
                 if decision.backend == 'lvm':
-                    self._cleanup_lvm(instance, block_device_info)
+                    self._cleanup_lvm(instance, call['block_device_info'])
                 else:
                     self._cleanup_rbd(instance)
             except Exception as e:  # noqa: BLE001 - raised after stock's
@@ -306,13 +300,7 @@ class LibvirtDriver(driver_images.Images, driver_live.LiveMigration,
         # Stock's cleanup always runs (VIFs, volume connections, the
         # instance directory, the domain), whatever our storage says.
         with self.image_backend.scope(instance):
-            super()._cleanup(
-                context, instance, network_info,
-                block_device_info=block_device_info,
-                destroy_vifs=destroy_vifs,
-                cleanup_instance_dir=cleanup_instance_dir,
-                cleanup_instance_disks=cleanup_instance_disks,
-                destroy_secrets=destroy_secrets)
+            super()._cleanup(*args, **kwargs)
         if cleanup_instance_disks and decision.storage == resolver_mod.POOLS:
             # The domain is gone: nothing uses the volumes any more.
             self._delete_pool_volumes(instance)
@@ -324,20 +312,25 @@ class LibvirtDriver(driver_images.Images, driver_live.LiveMigration,
         driver's own."""
         return self._host.get_connection()
 
-    def _cleanup_resize(self, context: Any, instance: objects.Instance,
-                        network_info: Any) -> None:
+    def _cleanup_resize(self, *args: Any, **kwargs: Any) -> None:
+        instance: objects.Instance = compat.driver(
+            '_cleanup_resize', self, args, kwargs)['instance']
         with self.image_backend.scope(instance):
-            super()._cleanup_resize(context, instance, network_info)
+            super()._cleanup_resize(*args, **kwargs)
 
-    def instance_on_disk(self, instance: objects.Instance) -> bool:
+    def instance_on_disk(self, *args: Any, **kwargs: Any) -> bool:
+        instance: objects.Instance = compat.driver(
+            'instance_on_disk', self, args, kwargs)['instance']
         with self.image_backend.scope(instance):
-            return super().instance_on_disk(instance)
+            return super().instance_on_disk(*args, **kwargs)
 
     # -- moves --------------------------------------------------------------
 
-    def check_instance_shared_storage_local(self, context: Any,
-                                            instance: objects.Instance
-                                            ) -> Any:
+    def check_instance_shared_storage_local(self, *args: Any,
+                                            **kwargs: Any) -> Any:
+        instance: objects.Instance = compat.driver(
+            'check_instance_shared_storage_local', self, args,
+            kwargs)['instance']
         with self.image_backend.scope(instance):
-            return super().check_instance_shared_storage_local(context,
-                                                               instance)
+            return super().check_instance_shared_storage_local(*args,
+                                                               **kwargs)

@@ -26,6 +26,7 @@ from oslo_utils import fileutils
 from oslo_utils import uuidutils
 
 import nova_imgtype.conf
+from nova_imgtype import compat
 from nova_imgtype import exception
 from nova_imgtype.virt.libvirt import backends
 from nova_imgtype.virt.libvirt import imagecache
@@ -49,16 +50,16 @@ class Images(libvirt_driver.LibvirtDriver):
                     else None)
         return glance.API().get(context, image_id).get('disk_format')
 
-    def _try_fetch_image_cache(self, image: Any, fetch_func: Any,
-                               context: Any, filename: str, image_id: str,
-                               instance: objects.Instance, size: Any,
-                               fallback_from_host: Any = None) -> None:
-        if fetch_func is not libvirt_utils.fetch_image:
+    def _try_fetch_image_cache(self, *args: Any, **kwargs: Any) -> None:
+        call = compat.driver('_try_fetch_image_cache', self, args, kwargs)
+        if call['fetch_func'] is not libvirt_utils.fetch_image:
             # Kernel, ramdisk (fetch_raw_image) and made-up templates
             # (ephemeral, swap) stay stock's.
-            return super()._try_fetch_image_cache(
-                image, fetch_func, context, filename, image_id, instance,
-                size, fallback_from_host=fallback_from_host)
+            return super()._try_fetch_image_cache(*args, **kwargs)
+        context: Any = call['context']
+        filename: str = call['filename']
+        image_id: str = call['image_id']
+        instance: objects.Instance = call['instance']
         decision = self._resolver.decision_for(instance)
         native: str | None = None
         if decision.native_formats:
@@ -73,18 +74,18 @@ class Images(libvirt_driver.LibvirtDriver):
             if decision.is_native(disk_format):
                 filename, native = imagecache.template_name(
                     decision.native_formats, image_id, disk_format)
-        handler = self._handler_for(type(image), filename, image_id)
+        handler = self._handler_for(type(call['image']), filename, image_id)
 
         def fetch_template(context: Any, target: str, image_id: str,
                            trusted_certs: Any = None) -> None:
             handler.fetch_image(context, image_id, target, native,
                                 trusted_certs)
 
-        super()._try_fetch_image_cache(
-            image, fetch_template, context, filename, image_id, instance,
-            size, fallback_from_host=fallback_from_host)
+        args, kwargs = call.replaced(fetch_func=fetch_template,
+                                     filename=filename)
+        super()._try_fetch_image_cache(*args, **kwargs)
 
-    def cache_image(self, context: Any, image_id: str) -> bool:
+    def cache_image(self, *args: Any, **kwargs: Any) -> bool:
         """Pre-cache the template a new instance of the image would use.
 
         Stock caches the converted ``_base/<sha1>`` with ``fetch_to_raw``;
@@ -95,6 +96,9 @@ class Images(libvirt_driver.LibvirtDriver):
         :returns: True when the template was fetched, False when it was
             already cached (its timestamp updated, as stock does).
         """
+        call = compat.driver('cache_image', self, args, kwargs)
+        context: Any = call['context']
+        image_id: str = call['image_id']
         disk_format = images.IMAGE_API.get(context, image_id).get(
             'disk_format')
         decision = self._resolver.decide(disk_format)
@@ -147,12 +151,11 @@ class Images(libvirt_driver.LibvirtDriver):
                  {'backend': backend.__name__, 'image': image_id})
         return self._downloading_handler
 
-    def manage_image_cache(self, context: Any, *args: Any,
-                           **kwargs: Any) -> None:
+    def manage_image_cache(self, *args: Any, **kwargs: Any) -> None:
         """Stock's image cache pass, then the templates of rbd pools that
         nothing uses any more (:func:`storage_rbd.remove_unused_templates`,
         with ``[image_cache]``'s rules)."""
-        super().manage_image_cache(context, *args, **kwargs)
+        super().manage_image_cache(*args, **kwargs)
         if not CONF.image_cache.remove_unused_base_images:
             return
         base_dir = os.path.join(CONF.instances_path,
@@ -169,14 +172,14 @@ class Images(libvirt_driver.LibvirtDriver):
                 LOG.error('Could not remove unused templates of storage pool '
                           '%(pool)s: %(e)s', {'pool': spec.name, 'e': e})
 
-    def snapshot(self, context: Any, instance: objects.Instance,
-                 image_id: str, update_task_state: Any) -> None:
+    def snapshot(self, *args: Any, **kwargs: Any) -> None:
+        call = compat.driver('snapshot', self, args, kwargs)
+        instance: objects.Instance = call['instance']
         if self._resolver.decision_for(instance).storage != \
                 resolver_mod.POOLS:
-            return super().snapshot(context, instance, image_id,
-                                    update_task_state)
-        self._snapshot_from_pool(context, instance, image_id,
-                                 update_task_state)
+            return super().snapshot(*args, **kwargs)
+        self._snapshot_from_pool(call['context'], instance, call['image_id'],
+                                 call['update_task_state'])
 
     def _snapshot_from_pool(self, context: Any, instance: objects.Instance,
                             image_id: str, update_task_state: Any) -> None:

@@ -22,6 +22,7 @@ from oslo_log import log as logging
 from oslo_serialization import jsonutils
 
 import nova_imgtype.conf
+from nova_imgtype import compat
 from nova_imgtype import exception
 from nova_imgtype import traits
 from nova_imgtype.virt.libvirt import live_migration
@@ -43,41 +44,38 @@ def _copies_disks(migrate_data: Any) -> bool:
 class LiveMigration(libvirt_driver.LibvirtDriver):
     """Live migration of instances on pools and files."""
 
-    def check_can_live_migrate_destination(
-            self, context: Any, instance: objects.Instance,
-            src_compute_info: Any, dst_compute_info: Any,
-            block_migration: bool = False,
-            disk_over_commit: bool = False) -> Any:
+    def check_can_live_migrate_destination(self, *args: Any,
+                                           **kwargs: Any) -> Any:
+        instance: objects.Instance = compat.driver(
+            'check_can_live_migrate_destination', self, args,
+            kwargs)['instance']
         try:
             self._resolver.ensure_served(instance, CONF.host, arriving=True)
         except nova_exception.Invalid as e:
             raise nova_exception.MigrationPreCheckError(reason=str(e)) from e
-        data = super().check_can_live_migrate_destination(
-            context, instance, src_compute_info, dst_compute_info,
-            block_migration=block_migration,
-            disk_over_commit=disk_over_commit)
+        data = super().check_can_live_migrate_destination(*args, **kwargs)
         # The source compares this with its instance's backend.
         data.image_type = self._resolver.backend_for(instance)
         return data
 
-    def _is_shared_block_storage(self, instance: objects.Instance,
-                                 dest_check_data: Any,
-                                 block_device_info: Any = None) -> bool:
+    def _is_shared_block_storage(self, *args: Any, **kwargs: Any) -> bool:
+        call = compat.driver('_is_shared_block_storage', self, args, kwargs)
+        instance: objects.Instance = call['instance']
+        dest_check_data = call['dest_check_data']
         with self.image_backend.scope(instance):
             if (dest_check_data.obj_attr_is_set('image_type') and
                     self._resolver.backend_for(instance) ==
                     dest_check_data.image_type and
                     self.image_backend.backend().is_shared_block_storage()):
                 return True
-            return super()._is_shared_block_storage(
-                instance, dest_check_data,
-                block_device_info=block_device_info)
+            return super()._is_shared_block_storage(*args, **kwargs)
 
-    def check_can_live_migrate_source(self, context: Any,
-                                      instance: objects.Instance,
-                                      dest_check_data: Any,
-                                      block_device_info: Any = None) -> Any:
-        self._check_destination_runs_imgtype(context, instance)
+    def check_can_live_migrate_source(self, *args: Any,
+                                      **kwargs: Any) -> Any:
+        call = compat.driver('check_can_live_migrate_source', self, args,
+                             kwargs)
+        instance: objects.Instance = call['instance']
+        self._check_destination_runs_imgtype(call['context'], instance)
         decision = self._resolver.decision_for(instance)
         if decision.storage == resolver_mod.POOLS:
             # dir volumes are copied (block migration); rbd ones are shared
@@ -89,9 +87,7 @@ class LiveMigration(libvirt_driver.LibvirtDriver):
                     instance_uuid=instance.uuid)
                 raise nova_exception.MigrationPreCheckError(
                     reason=str(reason))
-        return super().check_can_live_migrate_source(
-            context, instance, dest_check_data,
-            block_device_info=block_device_info)
+        return super().check_can_live_migrate_source(*args, **kwargs)
 
     def _check_destination_runs_imgtype(self, context: Any,
                                         instance: objects.Instance) -> None:
@@ -123,12 +119,13 @@ class LiveMigration(libvirt_driver.LibvirtDriver):
                             instance=instance)
                 raise nova_exception.MigrationPreCheckError(reason=reason)
 
-    def get_instance_disk_info(self, instance: objects.Instance,
-                               *args: Any, **kwargs: Any) -> Any:
+    def get_instance_disk_info(self, *args: Any, **kwargs: Any) -> Any:
         """Stock's file disks, and the instance's volumes (stock skips
         ``<disk type='volume'>``): what a live block migration copies."""
+        instance: objects.Instance = compat.driver(
+            'get_instance_disk_info', self, args, kwargs)['instance']
         info = jsonutils.loads(super().get_instance_disk_info(
-            instance, *args, **kwargs))
+            *args, **kwargs))
         for disk in self._local_disks(instance):
             if disk.source_type == 'volume':
                 info.append(live_migration.volume_disk_info(
@@ -153,21 +150,20 @@ class LiveMigration(libvirt_driver.LibvirtDriver):
             raise exception.VolumeNotFound(pool=disk.pool, volume=name)
         return vol
 
-    def _live_migration_copy_disk_paths(self, context: Any,
-                                        instance: objects.Instance,
-                                        guest: Any) -> Any:
+    def _live_migration_copy_disk_paths(self, *args: Any,
+                                        **kwargs: Any) -> Any:
+        call = compat.driver('_live_migration_copy_disk_paths', self, args,
+                             kwargs)
+        instance: objects.Instance = call['instance']
         paths, names = super()._live_migration_copy_disk_paths(
-            context, instance, guest)
-        for disk in self._local_disks(instance, guest):
+            *args, **kwargs)
+        for disk in self._local_disks(instance, call['guest']):
             if disk.source_type == 'volume' and disk.target not in names:
                 paths.append(self._local_volume(instance, disk).path())
                 names.append(disk.target)
         return paths, names
 
-    def pre_live_migration(self, context: Any, instance: objects.Instance,
-                           block_device_info: Any, network_info: Any,
-                           disk_info: Any, migrate_data: Any,
-                           *args: Any, **kwargs: Any) -> Any:
+    def pre_live_migration(self, *args: Any, **kwargs: Any) -> Any:
         """Make the arriving instance's disks where this host keeps them.
 
         Volumes of this host's pool or files in the instance directory
@@ -177,11 +173,13 @@ class LiveMigration(libvirt_driver.LibvirtDriver):
         is recorded in the instance for the source, which writes the guest
         XML this host gets.
         """
+        call = compat.driver('pre_live_migration', self, args, kwargs)
+        instance: objects.Instance = call['instance']
+        migrate_data = call['migrate_data']
+        disk_info = call['disk_info']
         decision = self._resolver.recorded(instance)
         if decision is None or not _copies_disks(migrate_data):
-            return super().pre_live_migration(
-                context, instance, block_device_info, network_info,
-                disk_info, migrate_data, *args, **kwargs)
+            return super().pre_live_migration(*args, **kwargs)
         arrival = self._resolver.arrival(decision)
         directory = libvirt_utils.get_instance_path_at_destination(
             instance, migrate_data)
@@ -193,9 +191,8 @@ class LiveMigration(libvirt_driver.LibvirtDriver):
             # Stock makes the others as files: they are volumes here.
             infos = [i for i in infos if i['backing_file']]
         with self._resolver.assume(instance, arrival):
-            result = super().pre_live_migration(
-                context, instance, block_device_info, network_info,
-                jsonutils.dumps(infos), migrate_data, *args, **kwargs)
+            args, kwargs = call.replaced(disk_info=jsonutils.dumps(infos))
+            result = super().pre_live_migration(*args, **kwargs)
             if arrival.storage == resolver_mod.POOLS:
                 pool = self._pools.get(arrival.pool)
                 directory = pools_mod.pool_target(pool)
@@ -212,16 +209,13 @@ class LiveMigration(libvirt_driver.LibvirtDriver):
                  instance=instance)
         return result
 
-    def _live_migration_operation(self, context: Any,
-                                  instance: objects.Instance, dest: str,
-                                  block_migration: Any, migrate_data: Any,
-                                  guest: Any, *args: Any,
-                                  **kwargs: Any) -> Any:
-        guest = self._guest_for_destination(context, instance, dest,
-                                            migrate_data, guest)
-        return super()._live_migration_operation(
-            context, instance, dest, block_migration, migrate_data, guest,
-            *args, **kwargs)
+    def _live_migration_operation(self, *args: Any, **kwargs: Any) -> Any:
+        call = compat.driver('_live_migration_operation', self, args, kwargs)
+        guest = self._guest_for_destination(
+            call['context'], call['instance'], call['dest'],
+            call['migrate_data'], call['guest'])
+        args, kwargs = call.replaced(guest=guest)
+        return super()._live_migration_operation(*args, **kwargs)
 
     def _guest_for_destination(self, context: Any,
                                instance: objects.Instance, dest: str,
@@ -265,30 +259,33 @@ class LiveMigration(libvirt_driver.LibvirtDriver):
             fresh.save()
         return arrival
 
-    def rollback_live_migration_at_destination(
-            self, context: Any, instance: objects.Instance,
-            *args: Any, **kwargs: Any) -> Any:
+    def rollback_live_migration_at_destination(self, *args: Any,
+                                               **kwargs: Any) -> Any:
+        call = compat.driver('rollback_live_migration_at_destination', self,
+                             args, kwargs)
+        instance: objects.Instance = call['instance']
         # The disks to remove are those pre_live_migration made here
         # (recorded or not: it may have failed half-way).
         decision = self._resolver.recorded(instance)
         if decision is None:
             return super().rollback_live_migration_at_destination(
-                context, instance, *args, **kwargs)
-        self._end_arrival(context, instance)
+                *args, **kwargs)
+        self._end_arrival(call['context'], instance)
         with self._resolver.assume(instance,
                                    self._resolver.arrival(decision)):
             return super().rollback_live_migration_at_destination(
-                context, instance, *args, **kwargs)
+                *args, **kwargs)
 
-    def post_live_migration_at_destination(
-            self, context: Any, instance: objects.Instance,
-            *args: Any, **kwargs: Any) -> Any:
-        super().post_live_migration_at_destination(
-            context, instance, *args, **kwargs)
+    def post_live_migration_at_destination(self, *args: Any,
+                                           **kwargs: Any) -> Any:
+        call = compat.driver('post_live_migration_at_destination', self,
+                             args, kwargs)
+        instance: objects.Instance = call['instance']
+        super().post_live_migration_at_destination(*args, **kwargs)
         decision = self._resolver.recorded(instance)
         if decision is None:
             return
-        if self._end_arrival(context, instance) is None:
+        if self._end_arrival(call['context'], instance) is None:
             # Shared storage: the disks are where they were, in this host's
             # pool of the same storage (an rbd pool may have another name
             # here).

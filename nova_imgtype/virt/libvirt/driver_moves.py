@@ -20,6 +20,7 @@ from oslo_log import log as logging
 from oslo_serialization import jsonutils
 
 import nova_imgtype.conf
+from nova_imgtype import compat
 from nova_imgtype import exception
 from nova_imgtype import traits
 from nova_imgtype.virt.libvirt import driver_transfers
@@ -76,37 +77,31 @@ class ColdMoves(driver_transfers.Transfers):
                 traits.backend_trait(resolver_mod.STORAGE_BACKEND) in
                 node_traits)
 
-    def migrate_disk_and_power_off(self, context: Any,
-                                   instance: objects.Instance, dest: str,
-                                   flavor: Any, network_info: Any,
-                                   block_device_info: Any = None,
-                                   timeout: int = 0,
-                                   retry_interval: int = 0) -> Any:
+    def migrate_disk_and_power_off(self, *args: Any, **kwargs: Any) -> Any:
+        call = compat.driver('migrate_disk_and_power_off', self, args,
+                             kwargs)
+        instance: objects.Instance = call['instance']
+        dest: str = call['dest']
         if (self._resolver.backend_for(instance) == 'lvm' and
-                not self._is_booted_from_volume(block_device_info)):
+                not self._is_booted_from_volume(call['block_device_info'])):
             reason = _('Migration is not supported for LVM backed instances')
             raise nova_exception.InstanceFaultRollback(
                 nova_exception.MigrationPreCheckError(reason=reason))
-        dest_pools = self._check_destination_serves(context, instance)
+        dest_pools = self._check_destination_serves(call['context'],
+                                                    instance)
         decision = self._resolver.decision_for(instance)
         if decision.storage != resolver_mod.POOLS or pools_mod.pool_type(
                 self._pools.get(decision.pool)) != 'dir':
             # Legacy disks, or volumes on shared storage (rbd) that the
             # destination finds in its own pool of the same name.
-            return self._migrate_files(
-                context, instance, dest, flavor, network_info,
-                block_device_info, timeout, retry_interval)
+            return self._migrate_files(call, instance=instance, dest=dest)
         return self._migrate_pool_disks(
-            context, instance, dest, flavor, network_info,
-            block_device_info, timeout, retry_interval, dest_pools)
+            call, instance=instance, dest=dest, timeout=call['timeout'],
+            retry_interval=call['retry_interval'], dest_pools=dest_pools)
 
-    def finish_migration(self, context: Any, migration: Any,
-                         instance: objects.Instance, disk_info: str,
-                         network_info: Any, image_meta: Any,
-                         resize_instance: bool, allocations: Any,
-                         block_device_info: Any = None,
-                         power_on: bool = True, share_info: Any = None
-                         ) -> None:
+    def finish_migration(self, *args: Any, **kwargs: Any) -> None:
+        call = compat.driver('finish_migration', self, args, kwargs)
+        instance: objects.Instance = call['instance']
         decision = self._resolver.decision_for(instance)
         if (decision.storage == resolver_mod.POOLS and
                 self._resolver.storage_for(decision.backend) !=
@@ -121,7 +116,7 @@ class ColdMoves(driver_transfers.Transfers):
                      'has no storage pools for it', decision.backend,
                      instance=instance)
         self._resolver.ensure_served(instance, CONF.host)
-        infos = jsonutils.loads(disk_info)
+        infos = jsonutils.loads(call['disk_info'])
         if decision.storage == resolver_mod.POOLS:
             # This host's pool implementing the backend (the same storage:
             # the same directory, or the same Ceph pool).
@@ -132,7 +127,7 @@ class ColdMoves(driver_transfers.Transfers):
             # The volume files came with the migration: show them to libvirt.
             self._instance_pool(instance).refresh(0)
         elif (self._can_move_to_pools(instance) and
-                not self._is_booted_from_volume(block_device_info)):
+                not self._is_booted_from_volume(call['block_device_info'])):
             # Transition: the legacy files just copied here go into the pool
             # before the guest starts.
             self._move_to_pools(instance)
@@ -140,18 +135,10 @@ class ColdMoves(driver_transfers.Transfers):
         # the format of a volume is the instance's, leave volumes alone.
         infos = [i for i in infos
                  if 'volume' not in i and os.path.exists(i['path'])]
-        super().finish_migration(
-            context, migration, instance, jsonutils.dumps(infos),
-            network_info, image_meta, resize_instance, allocations,
-            block_device_info=block_device_info, power_on=power_on,
-            share_info=share_info)
+        args, kwargs = call.replaced(disk_info=jsonutils.dumps(infos))
+        super().finish_migration(*args, **kwargs)
 
-    def finish_revert_migration(self, context: Any,
-                                instance: objects.Instance,
-                                network_info: Any, migration: Any,
-                                block_device_info: Any = None,
-                                power_on: bool = True,
-                                share_info: Any = None) -> None:
+    def finish_revert_migration(self, *args: Any, **kwargs: Any) -> None:
         """Put back the disks kept in ``<instance>_resize``.
 
         Volumes kept there go back into the pool, replacing the copies the
@@ -159,6 +146,8 @@ class ColdMoves(driver_transfers.Transfers):
         into the pool during the migration is legacy again, its files being
         the ones stock puts back.
         """
+        instance: objects.Instance = compat.driver(
+            'finish_revert_migration', self, args, kwargs)['instance']
         inst_dir = libvirt_utils.get_instance_path(instance)
         backup_dir = inst_dir + '_resize'
         if not os.path.isdir(backup_dir):
@@ -193,7 +182,4 @@ class ColdMoves(driver_transfers.Transfers):
             self._resolver.record(instance, self._resolver.with_storage(
                 decision, resolver_mod.LEGACY))
             instance.save()
-        super().finish_revert_migration(
-            context, instance, network_info, migration,
-            block_device_info=block_device_info, power_on=power_on,
-            share_info=share_info)
+        super().finish_revert_migration(*args, **kwargs)

@@ -22,6 +22,7 @@ from oslo_log import log as logging
 from oslo_utils import excutils
 
 import nova_imgtype.conf
+from nova_imgtype import compat
 from nova_imgtype import exception
 from nova_imgtype.virt.libvirt import pool_dir
 from nova_imgtype.virt.libvirt import pools as pools_mod
@@ -179,22 +180,21 @@ class PoolDisks(libvirt_driver.LibvirtDriver):
                      instance=instance)
             self._resolver.record(instance, here)
 
-    def _hard_reboot(self, context: Any, instance: objects.Instance,
-                     network_info: Any, share_info: Any,
-                     block_device_info: Any = None,
-                     accel_info: Any = None) -> Any:
+    def _hard_reboot(self, *args: Any, **kwargs: Any) -> Any:
+        call = compat.driver('_hard_reboot', self, args, kwargs)
+        instance: objects.Instance = call['instance']
         if self._can_move_to_pools(instance) and \
-                not self._is_booted_from_volume(block_device_info):
+                not self._is_booted_from_volume(call['block_device_info']):
             # Stop the guest before its files move; stock's own destroy
             # that follows finds it stopped.
             self._destroy(instance)
             self._move_to_pools(instance)
-        return super()._hard_reboot(
-            context, instance, network_info, share_info,
-            block_device_info=block_device_info, accel_info=accel_info)
+        return super()._hard_reboot(*args, **kwargs)
 
-    def unrescue(self, context: Any, instance: objects.Instance) -> None:
-        super().unrescue(context, instance)
+    def unrescue(self, *args: Any, **kwargs: Any) -> None:
+        instance: objects.Instance = compat.driver(
+            'unrescue', self, args, kwargs)['instance']
+        super().unrescue(*args, **kwargs)
         if self._resolver.decision_for(instance).storage == \
                 resolver_mod.POOLS:
             self._delete_pool_volumes(instance, suffix='.rescue')
@@ -205,18 +205,10 @@ class PoolDisks(libvirt_driver.LibvirtDriver):
                 lambda disk: (disk.startswith(uuid) and
                               disk.endswith('.rescue')))
 
-    def _get_guest_config(self, instance: objects.Instance,
-                          network_info: Any, image_meta: Any,
-                          disk_info: Any, rescue: Any = None,
-                          block_device_info: Any = None,
-                          context: Any = None, mdevs: Any = None,
-                          accel_info: Any = None, share_info: Any = None,
-                          old_guest: Any = None) -> Any:
-        guest = super()._get_guest_config(
-            instance, network_info, image_meta, disk_info, rescue=rescue,
-            block_device_info=block_device_info, context=context,
-            mdevs=mdevs, accel_info=accel_info, share_info=share_info,
-            old_guest=old_guest)
+    def _get_guest_config(self, *args: Any, **kwargs: Any) -> Any:
+        instance: objects.Instance = compat.driver(
+            '_get_guest_config', self, args, kwargs)['instance']
+        guest = super()._get_guest_config(*args, **kwargs)
         if self._resolver.decision_for(instance).storage == \
                 resolver_mod.POOLS:
             self._point_at_kernel_volumes(instance, guest)

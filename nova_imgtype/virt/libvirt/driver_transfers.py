@@ -25,6 +25,7 @@ from oslo_log import log as logging
 from oslo_serialization import jsonutils
 from oslo_utils import excutils
 
+from nova_imgtype import compat
 from nova_imgtype import exception
 from nova_imgtype.virt.libvirt import pool_dir as pool_dir_mod
 from nova_imgtype.virt.libvirt import pools as pools_mod
@@ -99,10 +100,8 @@ def _raise_rollback(e: Exception) -> NoReturn:
 class Transfers(libvirt_driver.LibvirtDriver):
     """Cold moves sending disks through the destination's libvirtd."""
 
-    def _migrate_files(self, context: Any, instance: objects.Instance,
-                       dest: str, flavor: Any, network_info: Any,
-                       block_device_info: Any, timeout: int,
-                       retry_interval: int) -> str:
+    def _migrate_files(self, stock: compat.StockCall,
+                       instance: objects.Instance, dest: str) -> str:
         """Stock's resize and cold migration of the disk files of the
         instance directory, through the destination's libvirtd.
 
@@ -113,12 +112,13 @@ class Transfers(libvirt_driver.LibvirtDriver):
         from ``_resize`` to the same paths there, as sparse libvirt
         streams, swap excepted (stock makes it anew). An instance with a
         vTPM, whose state stock copies with SSH, moves the stock way.
+
+        :param stock: the call of ``migrate_disk_and_power_off``, whose
+            arguments stock gets as they came.
         """
         if hardware.get_vtpm_constraint(instance.flavor, instance.image_meta):
-            return super().migrate_disk_and_power_off(
-                context, instance, dest, flavor, network_info,
-                block_device_info=block_device_info, timeout=timeout,
-                retry_interval=retry_interval)
+            return super().migrate_disk_and_power_off(*stock.args,
+                                                      **stock.kwargs)
         remote = remote_storage.LibvirtRemoteFilesystem(
             self._live_migration_uri)
         withheld: list[dict[str, Any]] = []
@@ -129,10 +129,8 @@ class Transfers(libvirt_driver.LibvirtDriver):
             made = self._reach_destination(remote, instance, dest)
             kept = _hide(inst_base, DISK_INFO)
             try:
-                super().migrate_disk_and_power_off(
-                    context, instance, dest, flavor, network_info,
-                    block_device_info=block_device_info, timeout=timeout,
-                    retry_interval=retry_interval)
+                super().migrate_disk_and_power_off(*stock.args,
+                                                   **stock.kwargs)
             except Exception:
                 with excutils.save_and_reraise_exception():
                     _unhide(inst_base, kept)
@@ -148,10 +146,9 @@ class Transfers(libvirt_driver.LibvirtDriver):
             _WITHHELD.reset(tokens[1])
             _REMOTE.reset(tokens[0])
 
-    def _migrate_pool_disks(self, context: Any, instance: objects.Instance,
-                            dest: str, flavor: Any, network_info: Any,
-                            block_device_info: Any, timeout: int,
-                            retry_interval: int,
+    def _migrate_pool_disks(self, stock: compat.StockCall,
+                            instance: objects.Instance, dest: str,
+                            timeout: int, retry_interval: int,
                             dest_pools: bool = True) -> str:
         """Stock's resize and cold migration, for disks on pool volumes,
         through the destination's libvirtd instead of SSH.
@@ -170,6 +167,9 @@ class Transfers(libvirt_driver.LibvirtDriver):
         (``<instance>/disk``, ...), and makes the instance's disks files
         of its backend (``finish_migration``). A failure puts everything
         back where it was.
+
+        :param stock: the call of ``migrate_disk_and_power_off``, whose
+            arguments stock gets as they came.
         """
         remote = remote_storage.LibvirtRemoteFilesystem(
             self._live_migration_uri)
@@ -177,8 +177,7 @@ class Transfers(libvirt_driver.LibvirtDriver):
         try:
             made = self._reach_destination(remote, instance, dest)
             return self._migrate_pool_disks_here(
-                context, instance, dest, flavor, network_info,
-                block_device_info, timeout, retry_interval, dest_pools,
+                stock, instance, dest, timeout, retry_interval, dest_pools,
                 remote, made)
         finally:
             _REMOTE.reset(token)
@@ -209,9 +208,8 @@ class Transfers(libvirt_driver.LibvirtDriver):
                         'error': e})) from e
 
     def _migrate_pool_disks_here(
-            self, context: Any, instance: objects.Instance, dest: str,
-            flavor: Any, network_info: Any, block_device_info: Any,
-            timeout: int, retry_interval: int, dest_pools: bool,
+            self, stock: compat.StockCall, instance: objects.Instance,
+            dest: str, timeout: int, retry_interval: int, dest_pools: bool,
             remote: remote_storage.LibvirtRemoteFilesystem,
             made: bool) -> str:
         pool = self._instance_pool(instance)
@@ -231,9 +229,7 @@ class Transfers(libvirt_driver.LibvirtDriver):
         kept = _hide(inst_base, DISK_INFO)
         try:
             disk_info = jsonutils.loads(super().migrate_disk_and_power_off(
-                context, instance, dest, flavor, network_info,
-                block_device_info=block_device_info, timeout=timeout,
-                retry_interval=retry_interval))
+                *stock.args, **stock.kwargs))
         except Exception:
             with excutils.save_and_reraise_exception():
                 # Stock put the instance directory back in place.
@@ -284,9 +280,10 @@ class Transfers(libvirt_driver.LibvirtDriver):
             _raise_rollback(e)
         _unhide(inst_base_resize, kept)
 
-    def _get_instance_disk_info(self, instance: objects.Instance,
-                                *args: Any, **kwargs: Any) -> Any:
-        info = super()._get_instance_disk_info(instance, *args, **kwargs)
+    def _get_instance_disk_info(self, *args: Any, **kwargs: Any) -> Any:
+        instance: objects.Instance = compat.driver(
+            '_get_instance_disk_info', self, args, kwargs)['instance']
+        info = super()._get_instance_disk_info(*args, **kwargs)
         withheld = _WITHHELD.get()
         if withheld is not None:
             # A move through libvirt (_migrate_files): copied there.

@@ -22,7 +22,7 @@ from nova.virt.libvirt import imagebackend
 from oslo_log import log as logging
 from oslo_utils import fileutils
 
-from nova_imgtype.virt.libvirt import backends
+from nova_imgtype import compat
 
 LOG = logging.getLogger(__name__)
 
@@ -35,17 +35,23 @@ class Flat(imagebackend.Flat):
     #: A linked template is copied as data, never as a link.
     accepts_linked_templates = True
 
-    def create_image(self, prepare_template: Any, base: str, size: Any,
-                     *args: Any, **kwargs: Any) -> None:
-        if 'image_id' in kwargs and not os.path.exists(self.path):
+    def create_image(self, *args: Any, **kwargs: Any) -> None:
+        call = compat.called(
+            'nova.virt.libvirt.imagebackend:Flat.create_image', self, args,
+            kwargs)
+        base: str = call['base']
+        # Stock's own ``*args, **kwargs`` (all but its named parameters):
+        # what it passes on to the fetch function.
+        fetch_args, fetch_kwargs = call['args'], call['kwargs']
+        if 'image_id' in fetch_kwargs and not os.path.exists(self.path):
             if not os.path.exists(base):
                 # As stock (which then finds it there): the fetch function
                 # passed by Image.cache() takes the template's lock.
-                prepare_template(*args, target=base,
-                                 **backends.fetch_kwargs(kwargs))
+                call['prepare_template'](*fetch_args, target=base,
+                                         **fetch_kwargs)
             if os.path.islink(base):
                 self._copy_linked_template(base)
-        super().create_image(prepare_template, base, size, *args, **kwargs)
+        super().create_image(*args, **kwargs)
 
     def _copy_linked_template(self, base: str) -> None:
         """The data of ``base`` into the disk, under the template's lock

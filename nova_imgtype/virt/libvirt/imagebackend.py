@@ -25,6 +25,7 @@ from nova import objects
 from nova.virt.libvirt import imagebackend
 from oslo_config import cfg
 
+from nova_imgtype import compat
 from nova_imgtype import exception
 from nova_imgtype.virt.libvirt import backends
 from nova_imgtype.virt.libvirt import pools as pools_mod
@@ -43,6 +44,8 @@ _STOCK_TYPED_DISKS = ('kernel', 'ramdisk', 'disk.config')
 # ramdisk must be local files for <kernel>/<initrd>: volumes of a dir pool
 # only (elsewhere they stay stock files in the instance directory).
 _CONFIG_DISK = 'disk.config'
+
+_STOCK = 'nova.virt.libvirt.imagebackend:Backend.'
 
 
 class Backend(imagebackend.Backend):
@@ -65,7 +68,9 @@ class Backend(imagebackend.Backend):
         finally:
             _SCOPED_INSTANCE.reset(token)
 
-    def backend(self, image_type: str | None = None) -> Any:
+    def backend(self, *args: Any, **kwargs: Any) -> Any:
+        image_type: str | None = compat.called(
+            _STOCK + 'backend', self, args, kwargs)['image_type']
         if not image_type:
             scoped = _SCOPED_INSTANCE.get()
             if scoped is not None:
@@ -105,9 +110,12 @@ class Backend(imagebackend.Backend):
         return image_type in (None, '', backends.DEFAULT,
                               self._conf.libvirt.images_type)
 
-    def by_name(self, instance: objects.Instance, name: str,
-                image_type: str | None = None,
-                disk_info_mapping: Any = None) -> Any:
+    def by_name(self, *args: Any, **kwargs: Any) -> Any:
+        call = compat.called(_STOCK + 'by_name', self, args, kwargs)
+        instance: objects.Instance = call['instance']
+        name: str = call['name']
+        image_type: str | None = call['image_type']
+        disk_info_mapping = call['disk_info_mapping']
         decision = self._resolver.decision_for(instance)
         if self._follows_instance(name, image_type):
             if decision.storage == resolver_mod.POOLS:
@@ -136,8 +144,11 @@ class Backend(imagebackend.Backend):
             return pools_mod.pool_type(self.pools.get(pool)) == 'dir'
         return False
 
-    def by_libvirt_path(self, instance: objects.Instance, path: str,
-                        image_type: str | None = None) -> Any:
+    def by_libvirt_path(self, *args: Any, **kwargs: Any) -> Any:
+        call = compat.called(_STOCK + 'by_libvirt_path', self, args, kwargs)
+        instance: objects.Instance = call['instance']
+        path: str = call['path']
+        image_type: str | None = call['image_type']
         if not image_type:
             image_type = self._resolver.backend_for(instance)
         return self.backend(image_type)(instance=instance, path=path)

@@ -22,8 +22,12 @@ from nova.virt.libvirt import imagecache
 from oslo_config import cfg
 from oslo_log import log as logging
 
+from nova_imgtype import compat
+
 LOG = logging.getLogger(__name__)
 CONF = cfg.CONF
+
+_STOCK = 'nova.virt.libvirt.imagecache:ImageCacheManager.'
 
 
 def native_cache_fname(image_id: str, disk_format: str) -> str:
@@ -74,8 +78,8 @@ class ImageCacheManager(imagecache.ImageCacheManager):
         self._pool_backing_paths = pool_backing_paths
         self._handler = handler
 
-    def _list_backing_images(self) -> list[str]:
-        in_use: list[str] = super()._list_backing_images()
+    def _list_backing_images(self, *args: Any, **kwargs: Any) -> list[str]:
+        in_use: list[str] = super()._list_backing_images(*args, **kwargs)
         for path in sorted(self._pool_backing_paths()):
             if path not in in_use:
                 in_use.append(path)
@@ -83,21 +87,23 @@ class ImageCacheManager(imagecache.ImageCacheManager):
                 self.unexplained_images.remove(path)
         return in_use
 
-    def _store_image(self, base_dir: str, ent: str,
-                     original: bool = False) -> None:
-        entpath = os.path.join(base_dir, ent)
+    def _store_image(self, *args: Any, **kwargs: Any) -> None:
+        call = compat.called(_STOCK + '_store_image', self, args, kwargs)
+        entpath = os.path.join(call['base_dir'], call['ent'])
         if os.path.islink(entpath) and not os.path.isfile(entpath):
             # A template linked to a device.
             self.unexplained_images.append(entpath)
-            if original:
+            if call['original']:
                 self.originals.append(entpath)
             return
-        super()._store_image(base_dir, ent, original=original)
+        super()._store_image(*args, **kwargs)
 
-    def _remove_base_file(self, base_file: str) -> None:
+    def _remove_base_file(self, *args: Any, **kwargs: Any) -> None:
         """Remove an unused template, old enough, through the handler."""
         if self._handler is None:
-            return super()._remove_base_file(base_file)
+            return super()._remove_base_file(*args, **kwargs)
+        base_file: str = compat.called(_STOCK + '_remove_base_file', self,
+                                       args, kwargs)['base_file']
         maxage = (
             CONF.image_cache.remove_unused_original_minimum_age_seconds
             if base_file in self.originals else

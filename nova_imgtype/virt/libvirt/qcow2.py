@@ -27,7 +27,7 @@ from nova.virt.libvirt import imagebackend
 from nova.virt.libvirt import utils as libvirt_utils
 from oslo_log import log as logging
 
-from nova_imgtype.virt.libvirt import backends
+from nova_imgtype import compat
 
 LOG = logging.getLogger(__name__)
 
@@ -40,17 +40,22 @@ class Qcow2(imagebackend.Qcow2):
     #: The template is only a read-only backing of each overlay.
     accepts_linked_templates = True
 
-    def create_image(self, prepare_template: Any, base: str, size: Any,
-                     *args: Any, **kwargs: Any) -> None:
-        if kwargs.get('safe') and self._backs_onto(base):
+    def create_image(self, *args: Any, **kwargs: Any) -> None:
+        call = compat.called(
+            'nova.virt.libvirt.imagebackend:Qcow2.create_image', self, args,
+            kwargs)
+        base: str = call['base']
+        if call['safe'] and self._backs_onto(base):
             LOG.debug('%s already backs onto %s', self.path, base)
             if not os.path.exists(base):
-                prepare_template(*args, target=base,
-                                 **backends.fetch_kwargs(kwargs))
+                # Stock's own ``*args, **kwargs`` (all but its named
+                # parameters): what it passes on to the fetch function.
+                call['prepare_template'](*call['args'], target=base,
+                                         **call['kwargs'])
             imagebackend._update_utime_ignore_eacces(base)
-            self.verify_base_size(base, size)
+            self.verify_base_size(base, call['size'])
             return
-        super().create_image(prepare_template, base, size, *args, **kwargs)
+        super().create_image(*args, **kwargs)
 
     def _backs_onto(self, base: str) -> bool:
         """Whether the disk exists with ``base`` as its backing file."""
