@@ -27,6 +27,10 @@ another host) and whatever the
 scheduler, the test) see the process's own mount namespace, where the
 computes' directories are reachable at :meth:`SeparateHosts.storage`.
 
+Under eventlet (Nova 33's default), where greenthreads share one OS
+thread, the namespace follows each greenthread instead: it is set again at
+every switch (greenlet's trace hook).
+
 Needs root (``CAP_SYS_ADMIN`` for mount namespaces), as the real tier's
 system libvirtd does. Test-only: nothing here runs on a compute node.
 """
@@ -116,7 +120,7 @@ def _make_namespace(storage: str, target: str) -> int:
         except BaseException as e:  # handed to the caller
             result['error'] = e
 
-    thread = threading.Thread(target=make, name='imgtype-mkns')
+    thread = _os_thread_class()(target=make, name='imgtype-mkns')
     thread.start()
     thread.join()
     if 'error' in result:
@@ -125,9 +129,84 @@ def _make_namespace(storage: str, target: str) -> int:
     return fd
 
 
+def _green() -> bool:
+    """Whether Nova runs under eventlet here (Nova 33's default)."""
+    from nova import monkey_patch
+
+    return bool(getattr(monkey_patch, 'MONKEY_PATCHED', False))
+
+
+def _os_thread_class() -> type[threading.Thread]:
+    """A thread class that makes an OS thread, under eventlet too."""
+    if _green():
+        import eventlet.patcher
+
+        cls: type[threading.Thread] = eventlet.patcher.original(
+            'threading').Thread
+        return cls
+    return threading.Thread
+
+
+class _GreenNamespaces:
+    """Under eventlet every greenthread runs on one OS thread: the mount
+    namespace follows the greenthread, set at each switch (greenlet's
+    trace hook) to the one it entered, else the process's own."""
+
+    def __init__(self, process_ns: int) -> None:
+        import greenlet
+
+        self._greenlet = greenlet
+        self._process_ns = process_ns
+        self._of: dict[Any, int] = {}
+        self._now = process_ns
+        self._previous = greenlet.settrace(self._trace)
+
+    def close(self) -> None:
+        self._greenlet.settrace(self._previous)
+        self._set(self._process_ns)
+
+    def _set(self, fd: int) -> None:
+        if fd != self._now:
+            _enter(fd)
+            self._now = fd
+
+    def _trace(self, event: str, args: Any) -> None:
+        if event in ('switch', 'throw'):
+            self._set(self._of.get(args[1], self._process_ns))
+        if self._previous is not None:
+            self._previous(event, args)
+
+    @contextlib.contextmanager
+    def entered(self, ns_fd: int) -> Iterator[None]:
+        me = self._greenlet.getcurrent()
+        before = self._of.get(me)
+        self._of[me] = ns_fd
+        self._set(ns_fd)
+        try:
+            yield
+        finally:
+            if before is None:
+                del self._of[me]
+            else:
+                self._of[me] = before
+            self._set(before if before is not None else self._process_ns)
+
+
+#: Set by SeparateHosts under eventlet.
+_GREEN: _GreenNamespaces | None = None
+
+
 @contextlib.contextmanager
 def _in_namespace(host: str | None, ns_fd: int) -> Iterator[None]:
     """Run the block for ``host`` (None: no compute) in ``ns_fd``."""
+    if _GREEN is not None:
+        token = _CURRENT.set(host)
+        try:
+            with _GREEN.entered(ns_fd):
+                yield
+        finally:
+            _CURRENT.reset(token)
+        return
     previous = _own_ns()
     token = _CURRENT.set(host)
     try:
@@ -190,9 +269,20 @@ class SeparateHosts(fixtures.Fixture):
         self._root = self.useFixture(fixtures.TempDir()).path
         self._process_ns = _own_ns()
         self.addCleanup(self._close)
+        if _green():
+            global _GREEN
+            _GREEN = _GreenNamespaces(self._process_ns)
+            self.addCleanup(self._stop_green)
         self._patch_dispatch()
         self._patch_spawn()
         self._patch_options()
+
+    @staticmethod
+    def _stop_green() -> None:
+        global _GREEN
+        if _GREEN is not None:
+            _GREEN.close()
+            _GREEN = None
 
     def _close(self) -> None:
         for fd in [*self._ns.values(), self._process_ns]:

@@ -7,7 +7,10 @@ anything else of Nova is imported.
 
 import os
 
-os.environ.setdefault('OS_NOVA_DISABLE_EVENTLET_PATCHING', '1')
+from nova_imgtype import releases  # noqa: E402
+
+os.environ.setdefault('OS_NOVA_DISABLE_EVENTLET_PATCHING',
+                      '1' if releases.native_threading_default() else '0')
 from nova import monkey_patch  # noqa: E402
 
 monkey_patch.patch(backend='threading')
