@@ -14,6 +14,7 @@ import threading
 import fixtures
 import nova.conf
 import testtools
+from nova.tests import fixtures as nova_fixtures
 
 from nova_imgtype.testing import hosts
 
@@ -29,6 +30,9 @@ class SeparateHostsTest(testtools.TestCase):
 
     def setUp(self) -> None:
         super().setUp()
+        # Nova's executors for this test only (spawn below), as Nova's own
+        # test base gives every test.
+        self.useFixture(nova_fixtures.IsolatedExecutorFixture(self.id()))
         self.path = self.useFixture(fixtures.TempDir()).path
         self.own = {'c1': {('libvirt', 'images_type'): 'flat'}}
         self.hosts = self.useFixture(hosts.SeparateHosts(
