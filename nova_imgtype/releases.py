@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import importlib.metadata
 
-#: Release -> its Nova major version.
-SUPPORTED: dict[str, int] = {'2026.1': 33, '2026.2': 34}
-
 
 def nova_major() -> int:
     """The major version of the installed Nova."""

@@ -109,10 +109,6 @@ class SeparateStorageTestBase(functional.ImgtypeServersTestBase):
 
     # -- looking at a compute's disks -----------------------------------------
 
-    def on_storage(self, host: str, *parts: str) -> str:
-        """``<instances_path>/parts`` of ``host``, seen from the test."""
-        return self.hosts.storage(host, *parts)
-
     def listing(self, host: str) -> list[str]:
         """What is in ``host``'s ``instances_path`` (its own files)."""
         return sorted(os.listdir(self.hosts.storage(host)))

@@ -309,10 +309,6 @@ class SeparateHosts(fixtures.Fixture):
         """``host``'s ``my_ip``: what other computes reach it by."""
         return self._ips[host]
 
-    @property
-    def hosts(self) -> list[str]:
-        return list(self._storage)
-
     @staticmethod
     def current() -> str | None:
         """The compute the calling thread works for, if any."""
