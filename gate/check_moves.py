@@ -108,15 +108,22 @@ def check_pools_to_files(cloud: B.Cloud, conn: Any,
 def _live_migrate(cloud: B.Cloud, conn: Any, server: Any, to: str,
                   marker: bytes, want: str) -> tuple[Any, str]:
     """Live block migration of a running server to ``to``: its marker reads
-    back from a ``want`` disk there, and nothing of it stays behind."""
+    back from a ``want`` disk there, its config drive holds the same bytes
+    as on the source, and nothing of it stays behind."""
     server = conn.compute.get_server(server.id)
     source = B.host_of(server)
+    drive, digest = B.config_drive(cloud, server)
     conn.compute.live_migrate_server(server, host=to, block_migration='auto')
     deadline = time.monotonic() + B.TIMEOUT
     while True:
         server = B.wait(conn, server, 'ACTIVE')
         if B.host_of(server) != source or time.monotonic() > deadline:
             break
+        last = _last_migration(conn, server, 'live-migration')
+        if last and last['status'] in ('error', 'failed'):
+            raise B.CheckFailed('live migration of %s from %s to %s: %s '
+                                '(see the computes\' logs)' % (
+                                    server.id, source, to, last['status']))
         time.sleep(1)
     if B.host_of(server) != to:
         raise B.CheckFailed('live migration of %s from %s: on %s, not %s' % (
@@ -127,12 +134,19 @@ def _live_migrate(cloud: B.Cloud, conn: Any, server: Any, to: str,
         raise B.CheckFailed('after the live migration %s -> %s: a %s disk %s '
                           'reading %r (wanted a %s disk reading %r)' % (
                               source, to, kind, path, got, want, marker))
+    there, got_digest = B.config_drive(cloud, server)
+    if got_digest != digest:
+        raise B.CheckFailed('after the live migration %s -> %s: the config '
+                          'drive %s differs from %s on the source' % (
+                              source, to, there, drive))
     left = B.left_on(cloud, source, server)
     if left:
         raise B.CheckFailed('after the live migration %s -> %s, left on %s: '
                           '%s' % (source, to, source, ', '.join(left)))
-    return server, '%s -> %s: marker read back from the %s %s' % (
-        source, to, kind, os.path.basename(path))
+    return server, ('%s -> %s: marker read back from the %s %s, config '
+                    'drive %s the same' % (
+                        source, to, kind, os.path.basename(path),
+                        os.path.basename(there)))
 
 
 def _running_marked(cloud: B.Cloud, conn: Any,
@@ -146,10 +160,11 @@ def _running_marked(cloud: B.Cloud, conn: Any,
 
 def check_live_migration(cloud: B.Cloud, conn: Any,
                          res: Mapping[str, Any]) -> str:
-    # A running pool instance (a qcow2 overlay volume) to the host without
-    # pools, where it becomes a file; back, into the pool again.
+    # A running pool instance (a qcow2 overlay volume) with a config drive
+    # (an ISO 9660 CD-ROM, which libvirt does not copy) to the host without
+    # pools, where its disks become files; back, into the pool again.
     pools_host, files_host = B.hosts(cloud)
-    server = B.boot(conn, res, 'qcow2', pools_host)
+    server = B.boot(conn, res, 'qcow2', pools_host, config_drive=True)
     try:
         server, marker = _running_marked(cloud, conn, server)
         logins = _ssh_sessions(cloud)
@@ -211,15 +226,21 @@ def _on_stock(cloud: B.Cloud, conn: Any, host: str) -> Iterator[None]:
             time.sleep(1)
 
 
+def _last_migration(conn: Any, server: Any,
+                    kind: str) -> dict[str, Any] | None:
+    """The server's last migration of ``kind``, or None."""
+    found = [m for m in conn.compute.get(
+        '/os-migrations?instance_uuid=%s' % server.id,
+        microversion='2.59').json()['migrations']
+        if m['migration_type'] == kind]
+    return max(found, key=lambda m: m['id']) if found else None
+
+
 def _failed_migration(conn: Any, server: Any, kind: str) -> dict[str, Any]:
     """The server's last migration of ``kind``, once it has failed."""
     deadline = time.monotonic() + B.TIMEOUT
     while True:
-        found = [m for m in conn.compute.get(
-            '/os-migrations?instance_uuid=%s' % server.id,
-            microversion='2.59').json()['migrations']
-            if m['migration_type'] == kind]
-        last = max(found, key=lambda m: m['id']) if found else None
+        last = _last_migration(conn, server, kind)
         if last and last['status'] in ('error', 'failed'):
             return last
         if last and last['status'] in ('finished', 'completed', 'confirmed'):

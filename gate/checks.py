@@ -24,10 +24,12 @@ namespaces: ``qemu-img``, ``virsh``, the image cache) and at placement:
     a single SSH session between the computes (disks go through the
     destination's libvirtd).
 ``live-migration``
-    A running pool instance live-migrates (block migration, no shared
-    storage, no SSH) to the host without pools, where its disk becomes a
-    file, and back into the pool; its marker reads back after each move,
-    nothing of it is left on the host it left, and no SSH session opened.
+    A running pool instance with a config drive live-migrates (block
+    migration, no shared storage, no SSH) to the host without pools, where
+    its disks become files, and back into the pool; its marker reads back
+    after each move, its config drive holds the bytes it held on the
+    source, nothing of it is left on the host it left, and no SSH session
+    opened.
 ``stock-destination``
     With the host without pools restarted on stock's ``libvirt.LibvirtDriver``
     (its nova-imgtype traits removed, as the README says), a running pool

@@ -65,10 +65,13 @@ def wait(conn: Any, server: Any, status: str) -> Any:
 
 
 def boot(conn: Any, res: Mapping[str, Any], fmt: str,
-          host: str | None = None, status: str = 'ACTIVE') -> Any:
+          host: str | None = None, status: str = 'ACTIVE',
+          config_drive: bool = False) -> Any:
     kwargs: dict[str, Any] = {}
     if host:
         kwargs['availability_zone'] = 'nova:%s' % host
+    if config_drive:
+        kwargs['config_drive'] = True
     server = conn.compute.create_server(
         name='gate-check-%s' % uuid.uuid4().hex[:8],
         image_id=res['images'][fmt],
@@ -80,15 +83,17 @@ def host_of(server: Any) -> str:
     return str(server.compute_host)
 
 
-def disk(cloud: Cloud, server: Any) -> tuple[Mapping[str, Any], str, str]:
-    """(compute, path inside its namespace, kind) of the root disk."""
+def disk(cloud: Cloud, server: Any,
+         device: str = 'disk') -> tuple[Mapping[str, Any], str, str]:
+    """(compute, path inside its namespace, kind) of the root disk (or of
+    the first ``device``, ``cdrom`` for a config drive)."""
     c = compute(cloud, host_of(server))
     virsh = [*c['nsenter'], 'virsh', '-c', c['libvirt_uri']]
     xml = ElementTree.fromstring(run_cmd([*virsh, 'dumpxml',
                                        server.instance_name]))
-    disk = xml.find("./devices/disk[@device='disk']")
+    disk = xml.find("./devices/disk[@device='%s']" % device)
     if disk is None:
-        raise CheckFailed('no disk in the domain of %s' % server.id)
+        raise CheckFailed('no %s in the domain of %s' % (device, server.id))
     source = disk.find('source')
     assert source is not None
     if disk.get('type') == 'volume':
@@ -101,6 +106,20 @@ def disk(cloud: Cloud, server: Any) -> tuple[Mapping[str, Any], str, str]:
     by_path = subprocess.run([*virsh, 'vol-name', path], capture_output=True,
                              text=True, check=False)
     return c, path, 'volume' if by_path.returncode == 0 else 'file'
+
+
+def config_drive(cloud: Cloud, server: Any) -> tuple[str, str]:
+    """(path, sha256) of the server's config drive where it runs, an
+    ISO 9660 image."""
+    c, path, _ = disk(cloud, server, 'cdrom')
+    # The volume descriptor's identifier, at byte 32769.
+    magic = run_cmd([*c['nsenter'], 'dd', 'if=%s' % path, 'bs=1',
+                     'skip=32769', 'count=5', 'status=none'])
+    if magic != 'CD001':
+        raise CheckFailed('the config drive %s of %s is no ISO 9660 image '
+                          '(%r at 32769)' % (path, server.id, magic))
+    digest = run_cmd([*c['nsenter'], 'sha256sum', path]).split()[0]
+    return path, digest
 
 
 def chain(c: Mapping[str, Any], path: str) -> list[dict[str, Any]]:

@@ -82,6 +82,34 @@ def test_a_sparse_file_is_copied_with_its_holes(remote, tmp_path):
     assert os.stat(copied).st_blocks * 512 < 4 * MiB
 
 
+def test_fill_writes_into_the_empty_file_the_destination_made(remote,
+                                                               tmp_path):
+    # A config drive on its way: the destination made an empty file of its
+    # size (as it makes every arriving disk); the source's bytes go in.
+    src = tmp_path / 'disk.config'
+    _sparse_file(src, 8 * MiB, [(32 * 1024, b'CD001' * 1000),
+                                (6 * MiB, b'data' * 5000)])
+    dest_dir = tmp_path / 'dest'
+    dest_dir.mkdir()
+    made = dest_dir / 'uuid_disk.config'
+    made.write_bytes(b'')
+    os.truncate(made, 8 * MiB)
+    inode = os.stat(made).st_ino
+    remote.fill(str(src), 'dest', str(made))
+    assert made.read_bytes() == src.read_bytes()
+    # The file it made, written in place; its holes still holes.
+    assert os.stat(made).st_ino == inode
+    assert os.stat(made).st_blocks * 512 < 2 * MiB
+
+
+def test_fill_without_the_destinations_file_is_an_error(remote, tmp_path):
+    src = tmp_path / 'disk.config'
+    src.write_bytes(b'x' * 4096)
+    with pytest.raises(libvirt.libvirtError):
+        remote.fill(str(src), 'dest', str(tmp_path / 'missing'))
+    assert not (tmp_path / 'missing').exists()
+
+
 def test_a_qcow2_overlay_keeps_its_backing_file(remote, tmp_path):
     base = tmp_path / 'base.qcow2'
     real.make_image(str(base), 'qcow2', 16 * MiB)

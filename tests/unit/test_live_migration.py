@@ -10,6 +10,7 @@ import threading
 import uuid
 from unittest import mock
 
+import libvirt
 import pytest
 from lxml import etree
 from nova import exception as nova_exception
@@ -18,6 +19,7 @@ from oslo_serialization import jsonutils
 
 from nova_imgtype.virt.libvirt import live_migration as lm
 from nova_imgtype.virt.libvirt import pools
+from nova_imgtype.virt.libvirt import remote_storage
 from nova_imgtype.virt.libvirt import resolver as resolver_mod
 from tests.unit.test_driver import STOCK
 from tests.unit.test_driver import _instance
@@ -78,7 +80,29 @@ def test_local_disks_are_the_instances_own_writable_disks():
     disks = lm.local_disks(DOMAIN, UUID, '/i/' + UUID)
     assert disks == [
         lm.LocalDisk('vda', 'disk', 'volume', 'nova-disks-pool'),
-        lm.LocalDisk('vdb', 'disk.local', 'file')]
+        lm.LocalDisk('vdb', 'disk.local', 'file',
+                     path='/i/%s/disk.local' % UUID)]
+
+
+def test_the_read_only_config_drive_is_found_apart():
+    assert lm.config_drive(DOMAIN, UUID, '/i/' + UUID) == lm.LocalDisk(
+        'hda', 'disk.config', 'file', path='/i/%s/disk.config' % UUID)
+    # A pool instance's drive is a volume of its pool.
+    pooled = DOMAIN.replace(
+        "<disk type='file' device='cdrom'>\n      <driver name='qemu' "
+        "type='raw'/>\n      <source file='/i/%s/disk.config'/>" % UUID,
+        "<disk type='volume' device='cdrom'>\n      <driver name='qemu' "
+        "type='raw'/>\n      <source pool='p' volume='%s_disk.config'/>"
+        % UUID)
+    assert pooled != DOMAIN
+    assert lm.config_drive(pooled, UUID, '/i/' + UUID) == lm.LocalDisk(
+        'hda', 'disk.config', 'volume', 'p')
+    # A vfat drive is writable: libvirt copies it with the other disks.
+    vfat = DOMAIN.replace("device='cdrom'", "device='disk'").replace(
+        '<readonly/>', '')
+    assert lm.config_drive(vfat, UUID, '/i/' + UUID) is None
+    assert 'disk.config' in [d.name for d in lm.local_disks(
+        vfat, UUID, '/i/' + UUID)]
 
 
 def test_destination_xml_puts_the_disks_where_a_host_without_pools_has_them():
@@ -315,7 +339,9 @@ def test_source_sends_the_xml_of_the_destinations_disks(
     with mock.patch.object(objects.Instance, 'get_by_uuid',
                            return_value=fresh), \
             mock.patch('nova.virt.libvirt.utils.get_instance_path',
-                       return_value='/i/' + UUID):
+                       return_value='/i/' + UUID), \
+            mock.patch.object(remote_storage.LibvirtRemoteFilesystem,
+                              'fill') as fill:
         sent = drv._guest_for_destination(None, inst, 'host2',
                                           _migrate_data(), guest)
     sent.migrate('uri', destination_xml=DOMAIN)
@@ -323,6 +349,66 @@ def test_source_sends_the_xml_of_the_destinations_disks(
     vda = _disks_by_target(xml)['vda']
     assert vda.get('type') == 'file'
     assert vda.find('source').get('file') == '/j/%s/disk' % UUID
+    # The read-only config drive, which libvirt does not copy, was written
+    # into the one the destination made, and the guest there reads it.
+    fill.assert_called_once_with('/i/%s/disk.config' % UUID, 'host2',
+                                 '/j/%s/disk.config' % UUID)
+    hda = _disks_by_target(xml)['hda']
+    assert hda.find('source').get('file') == '/j/%s/disk.config' % UUID
+    assert hda.find('readonly') is not None
+
+
+def test_source_sends_the_config_drive_into_the_destinations_pool(
+        make_driver):  # noqa: F811
+    drv = make_driver(images_type='qcow2', use_storage_pools=False)
+    inst = _instance(imgtype_backend='qcow2', imgtype_storage='pools')
+    inst.uuid = UUID
+    fresh = _instance()
+    drv._resolver.record_arrival(fresh, 'host2', resolver_mod.BackendDecision(
+        'qcow2', (), resolver_mod.POOLS, 'nova-disks-pool'), '/j/disks')
+    guest = mock.Mock()
+    guest.get_xml_desc.return_value = DOMAIN
+    with mock.patch.object(objects.Instance, 'get_by_uuid',
+                           return_value=fresh), \
+            mock.patch('nova.virt.libvirt.utils.get_instance_path',
+                       return_value='/i/' + UUID), \
+            mock.patch.object(remote_storage.LibvirtRemoteFilesystem,
+                              'fill') as fill:
+        sent = drv._guest_for_destination(
+            None, inst, 'host2',
+            _migrate_data(target_connect_addr='192.0.2.2'), guest)
+    # To the address the migration itself connects to.
+    fill.assert_called_once_with('/i/%s/disk.config' % UUID, '192.0.2.2',
+                                 '/j/disks/%s_disk.config' % UUID)
+    sent.migrate('uri', destination_xml=DOMAIN)
+    xml = guest.migrate.call_args.kwargs['destination_xml']
+    assert _disks_by_target(xml)['hda'].find('source').get('file') == \
+        '/j/disks/%s_disk.config' % UUID
+
+
+def test_a_failed_config_drive_copy_fails_the_migration(
+        make_driver):  # noqa: F811
+    drv = make_driver(images_type='qcow2', use_storage_pools=False)
+    inst = _instance(imgtype_backend='qcow2', imgtype_storage='legacy')
+    inst.uuid = UUID
+    fresh = _instance()
+    drv._resolver.record_arrival(fresh, 'host2', resolver_mod.BackendDecision(
+        'qcow2', (), resolver_mod.LEGACY), '/j/' + UUID)
+    guest = mock.Mock()
+    guest.get_xml_desc.return_value = DOMAIN
+    broken = libvirt.libvirtError('cannot recv data: Connection reset')
+    with mock.patch.object(objects.Instance, 'get_by_uuid',
+                           return_value=fresh), \
+            mock.patch('nova.virt.libvirt.utils.get_instance_path',
+                       return_value='/i/' + UUID), \
+            mock.patch.object(remote_storage.LibvirtRemoteFilesystem,
+                              'fill', side_effect=broken):
+        with pytest.raises(nova_exception.MigrationError,
+                           match='config drive /i/%s/disk.config.*'
+                                 'Connection reset' % UUID):
+            drv._guest_for_destination(None, inst, 'host2',
+                                       _migrate_data(), guest)
+    guest.migrate.assert_not_called()
 
 
 def test_rollback_removes_what_the_destination_made(
@@ -428,3 +514,19 @@ def test_shared_rbd_volumes_are_recorded_in_this_hosts_pool(
     got = drv._resolver.recorded(inst)
     assert (got.backend, got.storage, got.pool) == (
         'rbd', resolver_mod.POOLS, pools.DISKS_POOL)
+
+
+@pytest.mark.parametrize('probed, want', [('qcow2', 'qcow2'), ('raw', 'raw'),
+                                          ('iso', 'raw')])
+def test_volume_disk_info_gives_the_format_the_guest_reads(probed, want):
+    # A dir pool probes a config drive's ISO 9660 file as 'iso', which the
+    # destination's qemu-img cannot make: it is a raw disk to the guest.
+    vol = mock.Mock()
+    vol.XMLDesc.return_value = (
+        "<volume><target><path>/d/%s_disk.config</path>"
+        "<format type='%s'/></target></volume>" % (UUID, probed))
+    vol.info.return_value = (0, 505856, 507904)
+    vol.path.return_value = '/d/%s_disk.config' % UUID
+    info = lm.volume_disk_info(vol)
+    assert info['type'] == want
+    assert (info['virt_disk_size'], info['backing_file']) == (505856, '')

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import libvirt
 from nova import exception as nova_exception
 from nova import objects
 from nova.i18n import _
@@ -27,6 +28,7 @@ from nova_imgtype import exception
 from nova_imgtype import traits
 from nova_imgtype.virt.libvirt import live_migration
 from nova_imgtype.virt.libvirt import pools as pools_mod
+from nova_imgtype.virt.libvirt import remote_storage
 from nova_imgtype.virt.libvirt import resolver as resolver_mod
 
 LOG = logging.getLogger(__name__)
@@ -126,21 +128,25 @@ class LiveMigration(libvirt_driver.LibvirtDriver):
             'get_instance_disk_info', self, args, kwargs)['instance']
         info = jsonutils.loads(super().get_instance_disk_info(
             *args, **kwargs))
-        for disk in self._local_disks(instance):
+        for disk in self._local_disks(instance, with_config_drive=True):
             if disk.source_type == 'volume':
                 info.append(live_migration.volume_disk_info(
                     self._local_volume(instance, disk)))
         return jsonutils.dumps(info)
 
-    def _local_disks(self, instance: objects.Instance,
-                     guest: Any = None) -> list[live_migration.LocalDisk]:
+    def _local_disks(self, instance: objects.Instance, guest: Any = None,
+                     with_config_drive: bool = False
+                     ) -> list[live_migration.LocalDisk]:
+        """A pool instance's own disks: those libvirt copies, and its
+        read-only config drive (the source sends it) if asked."""
         if self._resolver.decision_for(instance).storage != \
                 resolver_mod.POOLS:
             return []
-        guest = guest or self._host.get_guest(instance)
-        return live_migration.local_disks(
-            guest.get_xml_desc(), instance.uuid,
-            libvirt_utils.get_instance_path(instance))
+        xml = (guest or self._host.get_guest(instance)).get_xml_desc()
+        path = libvirt_utils.get_instance_path(instance)
+        disks = live_migration.local_disks(xml, instance.uuid, path)
+        drive = live_migration.config_drive(xml, instance.uuid, path)
+        return disks + [drive] if with_config_drive and drive else disks
 
     def _local_volume(self, instance: objects.Instance,
                       disk: live_migration.LocalDisk) -> Any:
@@ -237,12 +243,45 @@ class LiveMigration(libvirt_driver.LibvirtDriver):
                     'disks are storage volumes: it does not run '
                     'nova-imgtype') % (dest, instance.uuid))
             return guest
-        disks = live_migration.local_disks(
-            guest.get_xml_desc(), instance.uuid,
-            libvirt_utils.get_instance_path(instance))
+        xml = guest.get_xml_desc()
+        path = libvirt_utils.get_instance_path(instance)
+        disks = live_migration.local_disks(xml, instance.uuid, path)
+        drive = live_migration.config_drive(xml, instance.uuid, path)
+        if drive is not None:
+            self._send_config_drive(instance, drive, migrate_data, dest,
+                                    *arrival)
+            disks.append(drive)
         return live_migration.RetargetedGuest(
             guest, lambda xml: live_migration.destination_xml(
                 xml, instance.uuid, disks, *arrival))
+
+    def _send_config_drive(self, instance: objects.Instance,
+                           drive: live_migration.LocalDisk,
+                           migrate_data: Any, dest: str, storage: str,
+                           directory: str) -> None:
+        """Write the config drive into the empty one the destination made
+        (libvirt copies no read-only disk), as a libvirt stream over the
+        connection the migration itself opens.
+
+        :raises MigrationError: the copy failed; the migration is rolled
+            back (the destination removes what it made).
+        """
+        src = drive.path or self._local_volume(instance, drive).path()
+        target = live_migration.destination_path(instance.uuid, drive,
+                                                 storage, directory)
+        # The address stock's _live_migration_operation connects to.
+        if ('target_connect_addr' in migrate_data and
+                migrate_data.target_connect_addr is not None):
+            dest = migrate_data.target_connect_addr
+        try:
+            remote_storage.LibvirtRemoteFilesystem(
+                self._live_migration_uri).fill(src, dest, target)
+        except (libvirt.libvirtError, OSError) as e:
+            raise nova_exception.MigrationError(reason=_(
+                'cannot copy the config drive %(src)s of instance %(uuid)s '
+                'to %(dest)s:%(target)s: %(error)s') % {
+                    'src': src, 'uuid': instance.uuid, 'dest': dest,
+                    'target': target, 'error': e}) from e
 
     @staticmethod
     def _fresh(context: Any, instance: objects.Instance) -> Any:

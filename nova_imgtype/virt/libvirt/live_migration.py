@@ -9,7 +9,9 @@ dir pool, or files ``<instance dir>/{name}``, and the destination makes them
 where *it* keeps such disks (:meth:`BackendResolver.arrival`). This module
 holds what is independent of a driver:
 
-- :func:`local_disks`: the instance's own disks in its guest XML;
+- :func:`local_disks`: the instance's own disks in its guest XML, and
+  :func:`config_drive`: its read-only config drive, which libvirt does not
+  copy (the source sends it before the migration starts);
 - :func:`arriving_disk_info`: the source's disk info, renamed as the
   destination's disks;
 - :func:`destination_xml`: the guest XML with those disks at the
@@ -25,12 +27,16 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable
+from collections.abc import Iterator
 from typing import Any
 
 from lxml import etree
 
 from nova_imgtype.virt.libvirt import pools as pools_mod
 from nova_imgtype.virt.libvirt import resolver as resolver_mod
+
+#: The name of an instance's config drive.
+CONFIG_DRIVE = 'disk.config'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +51,8 @@ class LocalDisk:
     source_type: str
     #: The pool of a volume ('' for a file).
     pool: str = ''
+    #: The path of a file ('' for a volume).
+    path: str = ''
 
 
 def disk_name(instance_uuid: str, path_or_volume: str) -> str:
@@ -54,41 +62,69 @@ def disk_name(instance_uuid: str, path_or_volume: str) -> str:
     return base[len(prefix):] if base.startswith(prefix) else base
 
 
-def local_disks(xml: str, instance_uuid: str,
-                instance_dir: str) -> list[LocalDisk]:
-    """The instance's own writable disks in a domain XML.
-
-    Its volumes (``{uuid}_{name}`` of any pool, by pool or by path) and its
-    files in the instance directory; Cinder volumes, read-only and
-    shareable disks are not the instance's own and are left out, as stock
-    does.
-    """
-    disks = []
+def _own_disks(xml: str, instance_uuid: str,
+               instance_dir: str) -> Iterator[tuple[Any, LocalDisk]]:
+    """The instance's own disks in a domain XML, with their elements: its
+    volumes (``{uuid}_{name}`` of any pool, by pool or by path) and its
+    files in the instance directory."""
     for dev in etree.fromstring(xml).findall('./devices/disk'):
         target = dev.find('target')
         source = dev.find('source')
-        if (target is None or source is None or
-                dev.find('readonly') is not None or
-                dev.find('shareable') is not None):
+        if target is None or source is None:
             continue
         kind = dev.get('type')
         if kind == 'volume':
             volume = source.get('volume', '')
-            if not volume.startswith(instance_uuid + '_'):
-                continue
-            disks.append(LocalDisk(target.get('dev', ''),
-                                   disk_name(instance_uuid, volume),
-                                   'volume', source.get('pool', '')))
+            if volume.startswith(instance_uuid + '_'):
+                yield dev, LocalDisk(target.get('dev', ''),
+                                     disk_name(instance_uuid, volume),
+                                     'volume', source.get('pool', ''))
         elif kind == 'file':
             # A file of the instance directory, or a volume of a dir pool
             # named by its path (as a live migration leaves it).
             path = source.get('file', '')
-            if (os.path.dirname(path) != instance_dir and not
+            if (os.path.dirname(path) == instance_dir or
                     os.path.basename(path).startswith(instance_uuid + '_')):
-                continue
-            disks.append(LocalDisk(target.get('dev', ''),
-                                   disk_name(instance_uuid, path), 'file'))
-    return disks
+                yield dev, LocalDisk(target.get('dev', ''),
+                                     disk_name(instance_uuid, path), 'file',
+                                     path=path)
+
+
+def local_disks(xml: str, instance_uuid: str,
+                instance_dir: str) -> list[LocalDisk]:
+    """The instance's own writable disks in a domain XML: what libvirt
+    copies. Cinder volumes, read-only and shareable disks are not the
+    instance's own and are left out, as stock does."""
+    return [disk for dev, disk in _own_disks(xml, instance_uuid,
+                                             instance_dir)
+            if dev.find('readonly') is None and
+            dev.find('shareable') is None]
+
+
+def config_drive(xml: str, instance_uuid: str,
+                 instance_dir: str) -> LocalDisk | None:
+    """The instance's read-only config drive (``disk.config``, an ISO 9660
+    CD-ROM), or None (no drive, or a writable vfat one, which libvirt
+    copies as any other disk).
+
+    libvirt copies no read-only disk in a block migration (and refuses to
+    be asked to), and the destination made it empty: its bytes are sent
+    before the migration starts.
+    """
+    for dev, disk in _own_disks(xml, instance_uuid, instance_dir):
+        if disk.name == CONFIG_DRIVE and dev.find('readonly') is not None:
+            return disk
+    return None
+
+
+def destination_path(instance_uuid: str, disk: LocalDisk, storage: str,
+                     directory: str) -> str:
+    """Where the destination made ``disk``: the file
+    ``<directory>/<name>`` of a host without pools, the volume
+    ``<directory>/{uuid}_{name}`` of its dir pool."""
+    return os.path.join(directory, pools_mod.volume_name(
+        instance_uuid, disk.name) if storage == resolver_mod.POOLS
+        else disk.name)
 
 
 def arriving_disk_info(disk_info: list[dict[str, Any]], instance_uuid: str,
@@ -109,7 +145,10 @@ def volume_disk_info(vol: Any) -> dict[str, Any]:
     root = etree.fromstring(vol.XMLDesc(0))
     _kind, capacity, allocation = vol.info()
     fmt = root.find('target/format')
-    return {'type': fmt.get('type') if fmt is not None else 'raw',
+    kind = fmt.get('type') if fmt is not None else 'raw'
+    return {# A dir pool probes an ISO 9660 file (a config drive) as 'iso':
+            # raw to the guest, and to qemu-img, which makes the empty one.
+            'type': 'raw' if kind == 'iso' else kind,
             'path': vol.path(),
             'virt_disk_size': capacity,
             'backing_file': os.path.basename(
@@ -145,11 +184,10 @@ def destination_xml(xml: str, instance_uuid: str, disks: list[LocalDisk],
             continue
         for child in dev.findall('source') + dev.findall('backingStore'):
             dev.remove(child)
-        name = (pools_mod.volume_name(instance_uuid, disk.name)
-                if storage == resolver_mod.POOLS else disk.name)
         dev.set('type', 'file')
         dev.insert(_source_index(dev), etree.Element(
-            'source', file=os.path.join(directory, name)))
+            'source', file=destination_path(instance_uuid, disk, storage,
+                                            directory)))
     return etree.tostring(root, encoding='unicode')
 
 

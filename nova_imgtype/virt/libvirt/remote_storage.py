@@ -127,19 +127,29 @@ class LibvirtRemoteFilesystem:
                 _pool_at(conn, os.path.dirname(dst_path)) as pool:
             _replace_leftover(pool, host, dst_path)
             vol = pool.createXML(pool_specs._volume_xml(name, 'raw', size), 0)
-            stream = conn.newStream(0)
             try:
-                vol.upload(stream, 0, size,
-                           libvirt.VIR_STORAGE_VOL_UPLOAD_SPARSE_STREAM)
-                with open(src, 'rb') as f:
-                    _send_sparse(stream, f, size, '%s:%s' % (host, dst_path))
-                stream.finish()
+                _write(conn, vol, src, size, '%s:%s' % (host, dst_path))
             except BaseException:
-                with contextlib.suppress(libvirt.libvirtError):
-                    stream.abort()
                 vol.delete(0)
                 raise
         LOG.info('Copied %(src)s to %(host)s:%(dst)s through libvirt '
+                 '(%(size)d bytes)',
+                 {'src': src, 'host': host, 'dst': dst_path, 'size': size})
+
+    def fill(self, src: str, host: str, dst_path: str) -> None:
+        """Write the local file ``src`` into ``dst_path`` on ``host``, an
+        empty (all holes) file of the same size that ``host`` made for it:
+        a disk it made for an arriving instance. Holes are skipped, so
+        they stay zeros. A failed copy leaves the file to its maker.
+
+        :raises libvirtError: ``host`` has no such file, or the copy failed.
+        """
+        size = os.path.getsize(src)
+        with self._connection(host) as conn, \
+                _pool_at(conn, os.path.dirname(dst_path)) as pool:
+            vol = pool.storageVolLookupByName(os.path.basename(dst_path))
+            _write(conn, vol, src, size, '%s:%s' % (host, dst_path))
+        LOG.info('Copied %(src)s into %(host)s:%(dst)s through libvirt '
                  '(%(size)d bytes)',
                  {'src': src, 'host': host, 'dst': dst_path, 'size': size})
 
@@ -222,6 +232,23 @@ def _pool_at(conn: libvirt.virConnect,
         yield pool
     finally:
         pool.destroy()
+
+
+def _write(conn: libvirt.virConnect, vol: libvirt.virStorageVol, src: str,
+           size: int, what: str) -> None:
+    """The local file ``src`` (``size`` bytes) into ``vol`` of ``conn``,
+    as a sparse stream."""
+    stream = conn.newStream(0)
+    try:
+        vol.upload(stream, 0, size,
+                   libvirt.VIR_STORAGE_VOL_UPLOAD_SPARSE_STREAM)
+        with open(src, 'rb') as f:
+            _send_sparse(stream, f, size, what)
+        stream.finish()
+    except BaseException:
+        with contextlib.suppress(libvirt.libvirtError):
+            stream.abort()
+        raise
 
 
 def _send_sparse(stream: libvirt.virStream, f: Any, size: int,
