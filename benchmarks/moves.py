@@ -17,12 +17,24 @@ libvirt, as loopback is for both). Each copy goes to a fresh file, then
 ``sync``; medians of several runs, the sides alternated in one run. The
 destination's file is compared with the source once per case, untimed.
 
-Not measured here: live block migration (QEMU's own NBD copy, the same
-for stock and the plugin: the gate exercises it between two computes).
+Live block migration: a running guest whose disk is a qcow2 overlay
+holding 256 MiB of random data on a 1 GiB template (both hosts have the
+template), between two throwaway libvirtds (each its own host UUID,
+``qemu+tcp`` on loopback, peer to peer, ``VIR_MIGRATE_NON_SHARED_INC``: only
+the overlay crosses, as Nova asks). Stock: the overlay is a file of the
+instance directory, the destination's made with ``qemu-img create`` (as
+stock's ``pre_live_migration``). nova-imgtype: a volume of the source's dir
+pool, the destination's made in its dir pool
+(:meth:`~nova_imgtype.virt.libvirt.pools.StoragePools.create_cow`), the
+guest XML rewritten by
+:func:`~nova_imgtype.virt.libvirt.live_migration.destination_xml`. Timed:
+making the destination's disk and the migration, to the guest running
+there; the copy is QEMU's for both.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -36,13 +48,23 @@ from typing import Any
 import libvirt
 
 from nova_imgtype.testing import libvirtd as real
+from nova_imgtype.virt.libvirt import live_migration
+from nova_imgtype.virt.libvirt import pools as pools_mod
 from nova_imgtype.virt.libvirt import remote_storage
+from nova_imgtype.virt.libvirt import resolver as resolver_mod
 
 MiB = 1024 ** 2
 GiB = 1024 ** 3
 RUNS = 3
 SSH_ADDRESS = '127.0.0.41'
 LIBVIRT_ADDRESS = '127.0.0.42'
+#: The source host of the live migrations (the destination's is above).
+LIVE_SOURCE_ADDRESS = '127.0.0.43'
+LIVE_CASE = ('256 MiB overlay on a 1 GiB template', GiB, 256 * MiB)
+LIVE_FLAGS = (libvirt.VIR_MIGRATE_LIVE | libvirt.VIR_MIGRATE_PEER2PEER |
+              libvirt.VIR_MIGRATE_NON_SHARED_INC |
+              libvirt.VIR_MIGRATE_PERSIST_DEST |
+              libvirt.VIR_MIGRATE_UNDEFINE_SOURCE)
 #: (case, size, bytes of data at its start)
 CASES = (('1 GiB dense', GiB, GiB), ('10 GiB sparse', 10 * GiB, 100 * MiB))
 
@@ -128,6 +150,109 @@ def _same(a: str, b: str) -> bool:
     return subprocess.run(['cmp', '-s', a, b]).returncode == 0
 
 
+def _pool(conn: libvirt.virConnect, directory: str) -> Any:
+    os.makedirs(directory, exist_ok=True)
+    pool = pools_mod.StoragePools(lambda: conn).ensure(
+        pools_mod.PoolSpec(pools_mod.DISKS_POOL, 'dir', directory),
+        autostart=False)
+    pool.refresh(0)     # the last run's volumes were removed as files
+    return pool
+
+
+def _live_once(src: libvirt.virConnect, dst: libvirt.virConnect,
+               work: str, template: str, side: str,
+               kvm: bool) -> tuple[float, bool]:
+    """One live block migration of a guest on an overlay; (seconds, the
+    destination's disk reads as the source's did)."""
+    _case, size, data = LIVE_CASE
+    name = 'bench-live-%s' % ('stock' if side == 'stock' else 'imgtype')
+    if side == 'stock':
+        disk = os.path.join(work, 'src-instance', 'disk')
+        there = os.path.join(work, 'dst-instance', 'disk')
+        for d in (disk, there):
+            os.makedirs(os.path.dirname(d), exist_ok=True)
+        real.qemu_img('create', '-q', '-f', 'qcow2', '-F', 'qcow2', '-b',
+                      template, disk, str(size))
+    else:
+        vol = pools_mod.StoragePools(lambda: src).create_cow(
+            _pool(src, os.path.join(work, 'src-disks')), 'u_disk', template,
+            'qcow2', size)
+        disk = vol.path()
+    subprocess.run(['qemu-io', '-f', 'qcow2', '-c',
+                    'write -P 0x5a 0 %d' % data, disk], check=True,
+                   capture_output=True)
+    dom = real.start_domain(src, name, [real.file_disk_xml(disk, 'qcow2')],
+                            kvm)
+    try:
+        xml = dom.XMLDesc(libvirt.VIR_DOMAIN_XML_MIGRATABLE)
+        # The destination's pool is there already, as on a compute.
+        pool = _pool(dst, os.path.join(work, 'dst-disks'))
+        start = time.monotonic()
+        if side == 'stock':
+            real.qemu_img('create', '-q', '-f', 'qcow2', '-F', 'qcow2',
+                          '-b', template, there, str(size))
+            xml = xml.replace(disk, there)
+        else:
+            there = pools_mod.StoragePools(lambda: dst).create_cow(
+                pool, 'u_disk', template, 'qcow2', size).path()
+            xml = live_migration.destination_xml(
+                xml, 'u', [live_migration.LocalDisk('vda', 'disk', 'file',
+                                                    path=disk)],
+                resolver_mod.POOLS, os.path.dirname(there))
+        dom.migrateToURI3('qemu+tcp://%s/system' % LIBVIRT_ADDRESS, {
+            libvirt.VIR_MIGRATE_PARAM_DEST_XML: xml,
+            libvirt.VIR_MIGRATE_PARAM_MIGRATE_DISKS: ['vda'],
+            libvirt.VIR_MIGRATE_PARAM_URI: 'tcp://%s' % LIBVIRT_ADDRESS},
+            LIVE_FLAGS)
+        took = time.monotonic() - start
+    finally:
+        with contextlib.suppress(libvirt.libvirtError):
+            real.destroy_domain(src.lookupByName(name))
+    moved = dst.lookupByName(name)
+    real.destroy_domain(moved)
+    same = subprocess.run(['qemu-img', 'compare', '-q', disk, there]
+                          ).returncode == 0
+    for path in (disk, there):
+        os.unlink(path)
+    return took, same
+
+
+def run_live() -> list[dict[str, Any]]:
+    """Live block migrations of an overlay disk, stock's and the plugin's
+    alternated; their rows."""
+    work = tempfile.mkdtemp(prefix='bench-live-', dir='/var/tmp')
+    src_daemon = real.start_libvirtd('system',
+                                     tcp_address=LIVE_SOURCE_ADDRESS)
+    dst_daemon = real.start_libvirtd('system', tcp_address=LIBVIRT_ADDRESS)
+    src = libvirt.open(src_daemon.uri)
+    dst = libvirt.open(dst_daemon.uri)
+    case, size, data = LIVE_CASE
+    try:
+        template = os.path.join(work, 'template')
+        real.make_image(template, 'qcow2', size)
+        kvm = real.kvm_usable(src)
+        times: dict[str, list[float]] = {'stock': [], 'nova-imgtype': []}
+        for _ in range(RUNS):
+            for side in times:
+                took, same = _live_once(src, dst, work, template, side, kvm)
+                if not same:
+                    raise RuntimeError('%s: the migrated disk differs' % side)
+                times[side].append(took)
+    finally:
+        src.close()
+        dst.close()
+        src_daemon.stop()
+        dst_daemon.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    stock = statistics.median(times['stock'])
+    return [{'benchmark': 'moves', 'case': 'live: ' + case, 'size': size,
+             'data': data, 'side': side, 'runs': RUNS,
+             'median_s': statistics.median(ts), 'all_s': ts,
+             'vs_stock': statistics.median(ts) / stock,
+             'domain_type': 'kvm' if kvm else 'qemu (TCG)'}
+            for side, ts in times.items()]
+
+
 def run() -> list[dict[str, Any]]:
     # Errors raise libvirtError; do not also print them (the daemon's
     # socket is polled until it answers).
@@ -173,7 +298,7 @@ def run() -> list[dict[str, Any]]:
         sshd.wait()
         daemon.stop()
         shutil.rmtree(work, ignore_errors=True)
-    return rows
+    return rows + run_live()
 
 
 def to_markdown(rows: list[dict[str, Any]]) -> str:
@@ -191,10 +316,29 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
         '',
         '| disk | copied by | median s | vs scp | MiB allocated there |',
         '| --- | --- | ---: | ---: | ---: |']
-    for r in rows:
+    cold = [r for r in rows if 'vs_stock_scp' in r]
+    live = [r for r in rows if 'vs_stock' in r]
+    for r in cold:
         lines.append('| %s | %s | %.2f | %.2f | %d |' % (
             r['case'], r['side'], r['median_s'], r['vs_stock_scp'],
             r['dest_allocated'] // MiB))
+    if live:
+        lines += [
+            '', '## Live block migration of an overlay disk', '',
+            'A running guest (domain type %s) on a qcow2 overlay holding '
+            '256 MiB of random data on a 1 GiB template, between two '
+            'libvirtds over `qemu+tcp` on loopback, peer to peer, '
+            '`VIR_MIGRATE_NON_SHARED_INC` (only the overlay crosses): '
+            "stock's file overlays (destination's made with `qemu-img "
+            "create`) against the plugin's dir pool volumes (destination's "
+            'made by `create_cow`, XML by `destination_xml`). Timed: the '
+            "destination's disk and the migration. Sides alternated; median "
+            'of %d runs.' % (live[0]['domain_type'], live[0]['runs']), '',
+            '| disk | side | median s | vs stock |',
+            '| --- | --- | ---: | ---: |']
+        for r in live:
+            lines.append('| %s | %s | %.2f | %.2f |' % (
+                r['case'], r['side'], r['median_s'], r['vs_stock']))
     return '\n'.join(lines) + '\n'
 
 

@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 import warnings
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable
@@ -648,7 +649,10 @@ def _start_system(timeout: float,
             'unix_sock_dir = "%s/run"\n'
             'auth_unix_rw = "none"\n'
             'auth_unix_ro = "none"\n'
-            'log_outputs = "3:file:%s"\n' % (base, log)) + (
+            'log_outputs = "3:file:%s"\n'
+            # Its own host: libvirt refuses a migration between two daemons
+            # of one host UUID.
+            'host_uuid = "%s"\n' % (base, log, uuid.uuid4())) + (
             'listen_tls = 0\nlisten_tcp = 1\nauth_tcp = "none"\n'
             'listen_addr = "%s"\n' % tcp_address if tcp_address else ''))
         # stdio_handler=file: no virtlogd; no cgroups and no per-domain
