@@ -16,11 +16,12 @@ root disk made.
 - plugin: our ``LibvirtDriver`` with ``images_type = qcow2`` and
   ``images_type_mapping = qcow2:qcow2``: its ``_try_fetch_image_cache``
   goes through the ``downloading`` template handler (its own lock per
-  template, sha512 of the data, inspection, the image kept as qcow2).
+  template, inspection, the image kept as qcow2).
 
 Real: the drivers' backends, qemu-img, oslo.concurrency's external locks,
 fsync'd files on the local disk. Fake: the image service (``IMAGE_API.get``
 and ``download`` serve the image file in glanceclient's 64 KiB chunks,
+verified by glanceclient's sha512 check as they are read,
 paced to 1 Gbit/s with green sleeps, as a network would be, so that the
 spawns overlap the download) and the driver's libvirt module (no domain is
 started: only disks are made). Configurations alternate in one run;
@@ -52,6 +53,7 @@ from nova.virt.libvirt import utils as libvirt_utils
 from oslo_config import fixture as config_fixture
 
 from benchmarks import fakes
+from nova_imgtype.testing import glance as glance_data
 from nova_imgtype.testing import libvirtd as real
 from nova_imgtype.virt.libvirt import driver as imgtype_driver
 from nova_imgtype.virt.libvirt import imagecache
@@ -106,14 +108,14 @@ class _ImageService:
 
     def _stream(self, out: Any) -> None:
         start, sent = time.monotonic(), 0
-        with open(self.path, 'rb') as f:
-            while chunk := f.read(CHUNK):
-                sent += len(chunk)
-                # The chunk arrives when the link has carried it; other
-                # green threads run meanwhile.
-                eventlet.sleep(max(0.0, start + sent / RATE
-                                   - time.monotonic()))
-                out.write(chunk)
+        # Verified as glanceclient verifies what Nova reads.
+        for chunk in glance_data.chunks(self.path, self.meta, CHUNK):
+            sent += len(chunk)
+            # The chunk arrives when the link has carried it; other
+            # green threads run meanwhile.
+            eventlet.sleep(max(0.0, start + sent / RATE
+                               - time.monotonic()))
+            out.write(chunk)
 
 
 def _image(path: str) -> None:

@@ -28,13 +28,14 @@ Methods, each through the real code of whom it belongs to:
   linked into the cache).
 
 Cold: an empty image cache, so the image is fetched (stock: Nova's own
-``glance`` download code; plugin: the ``downloading`` handler, which also
-checks the image's sha512, as stock does not) and converted where the
-method converts, then the disk is made. Warm: the template is cached, only
-the disk is made. The image service is fake: Nova's real
-``GlanceImageServiceV2.download`` (writing, fsync) with a glance client
-that reads the image file in glanceclient's 64 KiB chunks (no network):
-downloads are lower bounds.
+``glance`` download code; plugin: the ``downloading`` handler) and
+converted where the method converts, then the disk is made. Warm: the
+template is cached, only the disk is made. The image service is fake:
+Nova's real ``GlanceImageServiceV2.download`` (writing, fsync) with a
+glance client that reads the image file in glanceclient's 64 KiB chunks,
+verified by glanceclient's own sha512 check as they are read
+(:func:`nova_imgtype.testing.glance.chunks`), for stock and plugin alike,
+but no network: downloads are lower bounds.
 
 Each cold round, methods alternate; per method a cold disk, then warm ones
 on its template (a new instance each), the cache emptied before the cold
@@ -48,8 +49,7 @@ image after the cold disk (a link takes none).
 Cut to keep the module within ~6 minutes on 2 cores (``RUNS``): the
 256 MiB images get 3 cold and 3 warm disks per method, the 1 GiB ones one
 cold and 3 warm, the 4 GiB ones one of each. A cold round of the 4 GiB raw
-image streams 4 GiB per downloading method (and hashes them for the
-plugin's): about 85 s. With 3 cold disks for the 1 GiB images the module
+image streams and hashes 4 GiB per downloading method: about 85 s. With 3 cold disks for the 1 GiB images the module
 took 7 minutes here; with 3 warm ones for the 4 GiB images too, and
 before the cuts below, 10. The qcow2 images are compressed with zstd
 (``compression_type=zstd``), not qemu-img's default zlib, which took 10 s
@@ -81,6 +81,7 @@ from oslo_config import fixture as config_fixture
 from oslo_utils import fileutils
 
 from benchmarks import fakes
+from nova_imgtype.testing import glance as glance_data
 from nova_imgtype.testing import libvirtd as real
 from nova_imgtype.virt.libvirt import imagecache
 from nova_imgtype.virt.libvirt import pools
@@ -122,16 +123,16 @@ METHODS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
 
 
 class _Chunks:
-    """What glanceclient's ``data`` call returns: the image's chunks."""
+    """What glanceclient's ``data`` call returns: the image's chunks,
+    verified against ``os_hash_value`` as they are read."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, meta: dict[str, Any]) -> None:
         self.path = path
+        self.meta = meta
         self.wrapped = path
 
     def __iter__(self) -> Any:
-        with open(self.path, 'rb') as f:
-            while chunk := f.read(CHUNK):
-                yield chunk
+        return glance_data.chunks(self.path, self.meta, CHUNK)
 
 
 class _ImageService:
@@ -151,7 +152,7 @@ class _ImageService:
              args: tuple[Any, ...] = (), kwargs: Any = None) -> _Chunks:
         assert method == 'data' and args == (self.image_id,), method
         self.downloads += 1
-        return _Chunks(self.path)
+        return _Chunks(self.path, self.meta)
 
     def get(self, context: Any, image_id: str, *args: Any,
             **kwargs: Any) -> dict[str, Any]:
@@ -459,10 +460,10 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
         'compressing about 2:1, the rest sparse. Cold: an empty image '
         'cache; '
         'the image downloaded from a fake image service (Nova\'s download '
-        'code, fsync included, the image file read in 64 KiB chunks: no '
-        'network) by stock `images.fetch_to_raw` (qcow2 converted to raw: '
-        '`force_raw_images`) or by the plugin\'s `downloading` handler '
-        '(which also checks the sha512 Glance gives, as stock does not), '
+        'code, fsync included, the image file read in 64 KiB chunks and '
+        "checked by glanceclient's sha512 check as read: no network) by "
+        'stock `images.fetch_to_raw` (qcow2 converted to raw: '
+        '`force_raw_images`) or by the plugin\'s `downloading` handler, '
         'then the disk made. `linking` attaches the image file as the '
         "volume (os-brick's local connector, fake Cinder API) and links "
         'it. Warm: the template cached, only the disk made. Stock: stock '

@@ -11,7 +11,8 @@ the Qcow2 backend does. Images are qcow2 of 1 GiB and 10 GiB virtual size,
 each holding a tenth of its size in random data (the rest sparse), so the
 bytes to download grow with the image.
 
-Real: the handlers, hashing (sha512), format inspection, qemu-img,
+Real: the handlers, glanceclient's hash check (sha512), format
+inspection, qemu-img,
 oslo.concurrency's external locks, fsync'd writes to the local disk,
 os-brick (privsep in-process) connecting the image file as "the volume"
 through its local connector. Fake: the image service (``IMAGE_API.get`` and
@@ -46,6 +47,7 @@ from nova.virt.libvirt import utils as libvirt_utils
 from oslo_config import fixture as config_fixture
 
 from benchmarks import fakes
+from nova_imgtype.testing import glance as glance_data
 from nova_imgtype.virt.libvirt import imagecache
 from nova_imgtype.virt.libvirt import template_handlers
 from nova_imgtype.virt.libvirt.template_handlers import downloading
@@ -78,9 +80,9 @@ class _ImageService:
     def download(self, context: Any, image_id: str, data: Any = None,
                  trusted_certs: Any = None) -> None:
         self.downloads += 1
-        with open(self.path, 'rb') as f:
-            while chunk := f.read(CHUNK):
-                data.write(chunk)
+        # Verified as glanceclient verifies what Nova reads.
+        for chunk in glance_data.chunks(self.path, self.meta, CHUNK):
+            data.write(chunk)
 
 
 def _image(path: str, size: int) -> int:
@@ -195,7 +197,8 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
         "handler's `fetch_image` (image used natively as qcow2), then "
         "stock `libvirt_utils.create_image`. qcow2 images holding a tenth "
         'of their virtual size in random data. `downloading` streams every '
-        'byte of the image file (sha512, inspection, fsync) from a fake '
+        "byte of the image file (glanceclient's sha512 check, inspection, "
+        'fsync) from a fake '
         'image service reading a local file (no network); '
         '`volume-based-linking` attaches the same file as the volume '
         "through os-brick's local connector, with a fake Cinder attachment "

@@ -19,9 +19,9 @@ not registered, listing those that are.
 Possible values:
 
 * ``downloading`` (default): every byte from the image service, as stock
-  Nova, streamed to a temporary file, its hash checked against the image's
-  ``os_hash_algo``/``os_hash_value``, inspected as stock, then renamed into
-  place; one download per image per host.
+  Nova, streamed to a temporary file (glanceclient checks it against the
+  image's ``os_hash_algo``/``os_hash_value`` as it is read), inspected as
+  stock, then renamed into place; one download per image per host.
 * ``volume-based-linking``: for an image stored in a Cinder volume (Glance's
   cinder store, location ``cinder://<volume>``), the volume is attached to
   this host (a Cinder attachment, connected with os-brick) and linked as the

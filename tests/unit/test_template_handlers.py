@@ -20,6 +20,7 @@ from nova import utils as nova_utils
 from nova.virt import images
 
 from nova_imgtype import exception as imgtype_exception
+from nova_imgtype.testing import glance as glance_data
 from nova_imgtype.virt.libvirt import template_handlers
 from nova_imgtype.virt.libvirt.template_handlers import downloading
 from nova_imgtype.virt.libvirt.template_handlers import volume_linking
@@ -59,14 +60,15 @@ class FakeImageService:
         return dict(self.images[image_id][1])
 
     def download(self, context, image_id, data=None, trusted_certs=None):
+        # As Nova's download over glanceclient: chunks verified as read.
         self.downloads += 1
-        with open(self.images[image_id][0], 'rb') as f:
-            content = f.read()
-        if self.cut_after is not None:
-            data.write(content[:self.cut_after])
-            raise exception.NovaException('connection reset')
-        for i in range(0, len(content), 65536):
-            data.write(content[i:i + 65536])
+        path, meta = self.images[image_id]
+        written = 0
+        for chunk in glance_data.chunks(path, meta):
+            if self.cut_after is not None and written >= self.cut_after:
+                raise exception.NovaException('connection reset')
+            data.write(chunk)
+            written += len(chunk)
 
 
 @pytest.fixture
@@ -172,7 +174,7 @@ def _bad(kind, glance, tmp_path):
         glance.add(_qcow2(tmp_path), 'qcow2')
         path, meta = glance.images[IMAGE_ID]
         meta['os_hash_value'] = '0' * 128
-        return 'sha512 of the data is'
+        return 'Corrupt image download. Hash was'
     if kind == 'cut':
         glance.add(_qcow2(tmp_path), 'qcow2')
         glance.cut_after = 1000
@@ -208,15 +210,46 @@ def test_a_bad_download_leaves_the_cache_clean(glance, cache, tmp_path,
 def test_a_full_disk_leaves_the_cache_clean(glance, cache, tmp_path):
     glance.add(_qcow2(tmp_path), 'qcow2')
 
-    def enospc(self, chunk):
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    download = glance.download
 
-    with mock.patch.object(downloading._HashingWriter, 'write', enospc):
+    def enospc(context, image_id, data=None, trusted_certs=None):
+        class Full:
+            def write(self, chunk):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        download(context, image_id, data=Full())
+
+    with mock.patch.object(downloading.IMAGE_API, 'download', enospc):
         with pytest.raises(exception.ImageUnacceptable,
                            match='No space left'):
             downloading.DownloadingTemplateImageHandler().fetch_image(
                 None, IMAGE_ID, str(cache / 'tmpl'), 'qcow2')
     assert os.listdir(cache) == []
+
+
+def test_the_data_is_hashed_once(glance, cache, tmp_path, monkeypatch):
+    # glanceclient verified the download (os_hash_value): the handler does
+    # not read and hash the data a second time.
+    path = _qcow2(tmp_path)
+    glance.add(path, 'qcow2')
+    hashed = []
+    new = hashlib.new
+
+    class Counting:
+        def __init__(self, algo):
+            self._h = new(algo)
+
+        def update(self, data):
+            hashed.append(len(data))
+            self._h.update(data)
+
+        def hexdigest(self):
+            return self._h.hexdigest()
+
+    monkeypatch.setattr(hashlib, 'new', Counting)
+    downloading.DownloadingTemplateImageHandler().fetch_image(
+        None, IMAGE_ID, str(cache / 'tmpl'), 'qcow2')
+    assert sum(hashed) == os.path.getsize(path)
+    assert (cache / 'tmpl').read_bytes() == open(path, 'rb').read()
 
 
 # -- volume-based-linking -----------------------------------------------------
