@@ -74,6 +74,46 @@ def test_copy_converts_and_keeps_the_data(sp, src_fmt, dst_fmt):
     os.unlink(head)
 
 
+def test_raw_copy_copies_the_data_alone_and_keeps_the_holes(sp):
+    # libvirt's createXMLFrom would read all 256 MiB; the data extents are
+    # copied alone (a few MiB here), holes stay holes, at the same offsets.
+    path = os.path.join(sp.specs[0].target, 'tmpl-sparse')
+    with open(path, 'wb') as f:
+        f.truncate(256 * MiB)
+        for offset in (0, 100 * MiB, 256 * MiB - MiB):
+            f.seek(offset)
+            f.write(os.urandom(MiB))
+    sp.refresh(pools.BASE_POOL)
+    src = sp.base.storageVolLookupByName('tmpl-sparse')
+    name = pools.volume_name(str(uuid.uuid4()), 'disk')
+    vol = sp.copy(sp.disks, name, src, 'raw', 512 * MiB)
+    assert pools.volume_format(vol) == 'raw'
+    assert vol.info()[1] == 512 * MiB          # grown to the capacity
+    with open(path, 'rb') as a, open(vol.path(), 'rb') as b:
+        assert b.read(256 * MiB) == a.read()
+        assert b.read() == bytes(256 * MiB)
+    assert os.stat(vol.path()).st_blocks * 512 < 8 * MiB
+    # A volume of the pool like any other.
+    sp.refresh(pools.DISKS_POOL)
+    assert sp.find_volume(sp.disks, name) is not None
+
+
+def test_a_failed_raw_copy_leaves_no_volume(sp, monkeypatch):
+    _tmpl, src = _template(sp, 'tmpl-raw', 'raw')
+    name = pools.volume_name(str(uuid.uuid4()), 'disk')
+
+    def enospc(*args):
+        raise OSError(28, 'No space left on device')
+
+    monkeypatch.setattr(os, 'copy_file_range', enospc)
+    with pytest.raises(exception.VolumeCreateFailed,
+                       match='No space left'):
+        sp.copy(sp.disks, name, src, 'raw', 48 * MiB)
+    sp.refresh(pools.DISKS_POOL)
+    assert sp.find_volume(sp.disks, name) is None
+    assert not os.path.exists(pools.volume_path(sp.disks, name))
+
+
 def test_failed_creation_leaves_nothing(sp):
     name = pools.volume_name(str(uuid.uuid4()), 'disk')
     with pytest.raises(exception.VolumeCreateFailed) as e:

@@ -34,6 +34,7 @@ from oslo_concurrency import processutils
 from oslo_log import log as logging
 
 from nova_imgtype import exception
+from nova_imgtype.virt.libvirt import sparse
 from nova_imgtype.virt.libvirt.pool_specs import BASE_POOL as BASE_POOL
 from nova_imgtype.virt.libvirt.pool_specs import DISKS_POOL as DISKS_POOL
 from nova_imgtype.virt.libvirt.pool_specs import POOL_TYPES as POOL_TYPES
@@ -183,7 +184,7 @@ class StoragePools:
             raise exception.VolumeExists(pool=pool.name(), volume=name)
         try:
             return create()
-        except libvirt.libvirtError as e:
+        except (libvirt.libvirtError, OSError) as e:
             # Leave nothing behind: remove a half-made volume.
             half = self.find_volume(pool, name)
             if half is not None:
@@ -210,13 +211,29 @@ class StoragePools:
 
         ``createXMLFrom`` converts between formats; libvirt ignores a larger
         capacity for some targets, so the copy is resized afterwards. The
-        copy is sparse unless ``preallocate``.
+        copy is sparse unless ``preallocate``. A raw volume of a dir pool
+        into a raw volume of a dir pool, which libvirt would copy by
+        reading its whole virtual size, is a new sparse volume with the
+        source's data extents copied in (:mod:`.sparse`).
         """
+        if (not preallocate and fmt == 'raw' and pool_type(pool) == 'dir'
+                and volume_format(source) == 'raw' and
+                pool_type(source.storagePoolLookupByVolume()) == 'dir'):
+            return self._create(pool, name, lambda: self._copy_data(
+                pool, name, source, capacity))
         xml = _volume_xml(name, fmt, capacity, preallocate=preallocate)
         vol = self._create(pool, name,
                            lambda: pool.createXMLFrom(xml, source, 0))
         if vol.info()[1] < capacity:
             vol.resize(capacity, 0)
+        return vol
+
+    @staticmethod
+    def _copy_data(pool: Pool, name: str, source: Volume,
+                   capacity: int) -> Volume:
+        vol = pool.createXML(_volume_xml(
+            name, 'raw', max(capacity, source.info()[1])), 0)
+        sparse.copy_data(source.path(), vol.path())
         return vol
 
     def import_file(self, pool: Pool, name: str, path: str,

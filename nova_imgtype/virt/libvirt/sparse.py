@@ -1,0 +1,58 @@
+"""Copies of a file's data alone: holes stay holes and are never read.
+
+libvirt copies a raw volume into a raw volume (``createXMLFrom``) by reading
+its whole virtual size, holes included: seconds for a 10 GiB template
+holding 256 MiB. :func:`copy_data` copies only the data extents
+(``SEEK_DATA``/``SEEK_HOLE``), each in the kernel (``copy_file_range``,
+which shares the extents where the filesystem can: XFS and Btrfs
+reflinks), as stock's ``cp`` does for its Flat disks.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+
+def extents(fd: int, size: int) -> list[tuple[int, int]]:
+    """The data extents ``(offset, end)`` of the open file ``fd`` up to
+    ``size``, as the filesystem reports them (a filesystem without
+    ``SEEK_DATA`` reports one extent: the whole file)."""
+    found = []
+    offset = 0
+    while offset < size:
+        try:
+            start = os.lseek(fd, offset, os.SEEK_DATA)
+        except OSError as e:
+            if e.errno == errno.ENXIO:      # a hole to the end
+                break
+            raise
+        end = min(os.lseek(fd, start, os.SEEK_HOLE), size)
+        found.append((start, end))
+        offset = end
+    return found
+
+
+def copy_data(src: str, dst: str) -> int:
+    """Copy the data of the file ``src`` into the existing file ``dst`` at
+    the same offsets; returns the bytes copied.
+
+    ``dst`` must read as zeros wherever ``src`` has a hole (a new sparse
+    file at least as large, as a pool makes for a volume): holes are not
+    written. Nothing is synced, as ``cp`` does not.
+
+    :raises OSError: reading, writing, or a copy that came up short.
+    """
+    copied = 0
+    with open(src, 'rb') as s, open(dst, 'r+b') as d:
+        sfd, dfd = s.fileno(), d.fileno()
+        for start, end in extents(sfd, os.fstat(sfd).st_size):
+            pos = start
+            while pos < end:
+                n = os.copy_file_range(sfd, dfd, end - pos, pos, pos)
+                if n == 0:
+                    raise OSError(errno.EIO, '%s: short copy at %d' % (
+                        src, pos))
+                pos += n
+            copied += end - start
+    return copied

@@ -1,0 +1,57 @@
+"""Copies of a file's data alone (:mod:`nova_imgtype.virt.libvirt.sparse`),
+on real files of the local filesystem."""
+
+import os
+
+import pytest
+
+from nova_imgtype.virt.libvirt import sparse
+
+MiB = 1024 * 1024
+
+
+def _sparse(path, size, chunks):
+    with open(path, 'wb') as f:
+        f.truncate(size)
+        for offset, data in chunks:
+            f.seek(offset)
+            f.write(data)
+
+
+def test_extents_are_where_the_data_is(tmp_path):
+    path = tmp_path / 'f'
+    _sparse(path, 16 * MiB, [(MiB, b'a' * MiB), (8 * MiB, b'b' * MiB)])
+    with open(path, 'rb') as f:
+        found = sparse.extents(f.fileno(), 16 * MiB)
+    # Filesystems report extents in blocks; each covers its data.
+    assert len(found) == 2
+    assert found[0][0] <= MiB < 2 * MiB <= found[0][1] <= 8 * MiB
+    assert found[1][0] <= 8 * MiB < 9 * MiB <= found[1][1] <= 16 * MiB
+
+
+def test_copy_data_copies_what_is_there_and_writes_no_hole(tmp_path):
+    src, dst = tmp_path / 'src', tmp_path / 'dst'
+    _sparse(src, 32 * MiB, [(0, b'head'), (20 * MiB, os.urandom(MiB))])
+    dst.write_bytes(b'')
+    os.truncate(dst, 64 * MiB)
+    copied = sparse.copy_data(str(src), str(dst))
+    assert copied < 4 * MiB
+    with open(dst, 'rb') as f:
+        assert f.read(32 * MiB) == src.read_bytes()
+        assert f.read() == bytes(32 * MiB)
+    assert os.stat(dst).st_blocks * 512 < 4 * MiB
+
+
+def test_a_file_of_holes_copies_nothing(tmp_path):
+    src, dst = tmp_path / 'src', tmp_path / 'dst'
+    _sparse(src, 8 * MiB, [])
+    dst.write_bytes(b'')
+    os.truncate(dst, 8 * MiB)
+    assert sparse.copy_data(str(src), str(dst)) == 0
+
+
+def test_a_missing_destination_is_an_error(tmp_path):
+    src = tmp_path / 'src'
+    src.write_bytes(b'x')
+    with pytest.raises(FileNotFoundError):
+        sparse.copy_data(str(src), str(tmp_path / 'nowhere'))
