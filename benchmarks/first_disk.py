@@ -49,9 +49,10 @@ image after the cold disk (a link takes none).
 Cut to keep the module within ~6 minutes on 2 cores (``RUNS``): the
 256 MiB images get 3 cold and 3 warm disks per method, the 1 GiB ones one
 cold and 3 warm, the 4 GiB ones one of each. A cold round of the 4 GiB raw
-image streams and hashes 4 GiB per downloading method: about 85 s. With 3 cold disks for the 1 GiB images the module
-took 7 minutes here; with 3 warm ones for the 4 GiB images too, and
-before the cuts below, 10. The qcow2 images are compressed with zstd
+image streams and hashes 4 GiB per downloading method: about 85 s. With 3
+cold disks for the 1 GiB images the module took 7 minutes here; with 3
+warm ones for the 4 GiB images too, and before the cuts below, 10. The
+qcow2 images are compressed with zstd
 (``compression_type=zstd``), not qemu-img's default zlib, which took 10 s
 per GiB of data to make here; converting one to raw costs about the same
 either way (the writes dominate). ``sync`` runs once per image, not before

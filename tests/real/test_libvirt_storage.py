@@ -17,6 +17,7 @@ from nova import context as nova_context
 from nova import objects
 from nova.virt.libvirt import imagecache as nova_imagecache
 from nova.virt.libvirt import utils as libvirt_utils
+from oslo_concurrency import processutils
 
 from nova_imgtype import exception
 from nova_imgtype.testing import libvirtd as real
@@ -130,6 +131,28 @@ def test_qcow2_image_becomes_an_overlay_volume_and_boots(
     assert not disk.exists()
     assert os.listdir(os.path.join(conf_instances(), 'disks')) == []
     assert os.path.exists(chain[1]['filename'])
+
+
+def test_a_volume_from_a_cached_template_runs_no_process(
+        pool_driver, glance, tmp_path, monkeypatch):  # noqa: F811
+    # Stock's sizes (verify_base_size, Image.cache) ran qemu-img info twice
+    # per volume; libvirt makes the overlay, the sizes are read here.
+    image_id = str(uuid.uuid4())
+    src = str(tmp_path / 'img.qcow2')
+    real.make_image(src, 'qcow2', 32 * MiB, compressed=True)
+    glance[image_id] = (src, 'qcow2')
+    _boot_disk(pool_driver, image_id, 'qcow2')                 # cold
+    runs = []
+    execute = processutils.execute
+
+    def recording(*cmd, **kwargs):
+        runs.append(' '.join(str(c) for c in cmd))
+        return execute(*cmd, **kwargs)
+
+    monkeypatch.setattr(processutils, 'execute', recording)
+    inst, disk = _boot_disk(pool_driver, image_id, 'qcow2')    # warm
+    assert runs == []
+    assert real.qemu_img_info(disk.path)['virtual-size'] == 64 * MiB
 
 
 def test_raw_image_is_copied_into_a_raw_volume(pool_driver, glance,  # noqa

@@ -20,6 +20,7 @@ from nova.virt import fake
 from nova.virt import images
 from nova.virt.libvirt import imagecache as nova_imagecache
 from nova.virt.libvirt import utils as libvirt_utils
+from oslo_concurrency import processutils
 from oslo_config import fixture as config_fixture
 
 from nova_imgtype.testing import libvirtd as real
@@ -253,3 +254,33 @@ def test_precaching_keeps_what_a_boot_uses(driver, qcow2_image):
     assert _cache_files() == [stock_name]
     assert real.qemu_img_info(os.path.join(_base_dir(), stock_name))[
         'format'] == 'raw'
+
+
+def test_a_disk_from_a_cached_template_reads_sizes_in_process(
+        driver, qcow2_image, monkeypatch):
+    # Stock runs qemu-img info four times for a warm overlay (two template
+    # sizes, the backing format, the disk's size before its resize); the
+    # sizes are read in this process now: one run is left, stock's own
+    # (the backing format and checks of libvirt_utils.create_image).
+    image_id, _ = qcow2_image
+    drv = driver(images_type='qcow2', images_type_mapping='qcow2:qcow2')
+    _make_root_disk(drv, _instance(drv._resolver.decide('qcow2'), image_id,
+                                   'qcow2'), image_id)
+    runs = []
+    execute = processutils.execute
+
+    def recording(*cmd, **kwargs):
+        runs.append(' '.join(str(c) for c in cmd))
+        return execute(*cmd, **kwargs)
+
+    monkeypatch.setattr(processutils, 'execute', recording)
+    inst = _instance(drv._resolver.decide('qcow2'), image_id, 'qcow2')
+    disk = _make_root_disk(drv, inst, image_id)
+    info = [r for r in runs if 'qemu-img info' in r]
+    assert len(info) == 1, runs
+    # The disk is what stock makes: an overlay of the flavor's size on
+    # the native template.
+    chain = real.qemu_img_info(disk.path, backing_chain=True)
+    assert chain[0]['virtual-size'] == 64 * MiB
+    assert chain[0]['full-backing-filename'] == os.path.join(
+        _base_dir(), imagecache.native_cache_fname(image_id, 'qcow2'))

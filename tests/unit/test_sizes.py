@@ -1,0 +1,61 @@
+"""Virtual sizes read in this process
+(:mod:`nova_imgtype.virt.libvirt.sizes`), of real files made by qemu-img."""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from nova_imgtype.virt.libvirt import sizes
+
+MiB = 1024 * 1024
+
+
+def _qemu_img(*args):
+    subprocess.run(('qemu-img',) + args, check=True, capture_output=True)
+
+
+def _info_size(path):
+    out = subprocess.run(['qemu-img', 'info', '--output=json', path],
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out)['virtual-size']
+
+
+@pytest.mark.parametrize('fmt', ['raw', 'qcow2'])
+def test_the_size_qemu_img_gives(tmp_path, fmt):
+    path = str(tmp_path / 'disk')
+    _qemu_img('create', '-q', '-f', fmt, path, '10G')
+    assert sizes.virtual_size(path) == _info_size(path) == 10 * 1024 * MiB
+
+
+def test_a_qcow2_overlay_has_its_own_size(tmp_path):
+    base = str(tmp_path / 'base')
+    _qemu_img('create', '-q', '-f', 'qcow2', base, '1G')
+    overlay = str(tmp_path / 'overlay')
+    _qemu_img('create', '-q', '-f', 'qcow2', '-F', 'qcow2', '-b', base,
+              overlay, '3G')
+    assert sizes.virtual_size(overlay) == 3 * 1024 * MiB
+
+
+def test_other_formats_are_left_to_qemu_img(tmp_path):
+    path = str(tmp_path / 'disk.vmdk')
+    _qemu_img('create', '-q', '-f', 'vmdk', path, '1G')
+    assert sizes.virtual_size(path) is None
+
+
+def test_a_file_that_changed_is_read_again(tmp_path):
+    path = str(tmp_path / 'disk')
+    _qemu_img('create', '-q', '-f', 'qcow2', path, '1G')
+    assert sizes.virtual_size(path) == 1024 * MiB
+    _qemu_img('resize', '-q', path, '2G')
+    assert sizes.virtual_size(path) == 2048 * MiB
+    os.unlink(path)
+    with open(path, 'wb') as f:
+        f.truncate(5 * MiB)
+    assert sizes.virtual_size(path) == 5 * MiB
+
+
+def test_a_missing_file_is_an_error(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        sizes.virtual_size(str(tmp_path / 'nothing'))
