@@ -256,16 +256,28 @@ def test_precaching_keeps_what_a_boot_uses(driver, qcow2_image):
         'format'] == 'raw'
 
 
-def test_a_disk_from_a_cached_template_reads_sizes_in_process(
-        driver, qcow2_image, monkeypatch):
-    # Stock runs qemu-img info four times for a warm overlay (two template
-    # sizes, the backing format, the disk's size before its resize); the
-    # sizes are read in this process now: one run is left, stock's own
-    # (the backing format and checks of libvirt_utils.create_image).
-    image_id, _ = qcow2_image
-    drv = driver(images_type='qcow2', images_type_mapping='qcow2:qcow2')
-    _make_root_disk(drv, _instance(drv._resolver.decide('qcow2'), image_id,
-                                   'qcow2'), image_id)
+@pytest.mark.parametrize('fmt', ['qcow2', 'raw'])
+def test_an_overlay_on_a_cached_template_runs_qemu_img_create_alone(
+        driver, glance, tmp_path, monkeypatch, fmt):
+    # Stock runs qemu-img info three times for an overlay on a cached
+    # template (its size twice, its backing format and checks once); the
+    # inspector that makes stock's safety check reads all of it here. The
+    # overlay is the one stock makes on the same template.
+    image_id = str(uuid.uuid4())
+    src = str(tmp_path / ('img.' + fmt))
+    real.make_image(src, fmt, 32 * MiB)
+    if fmt == 'qcow2':
+        # A template of another cluster size than qemu-img's default: the
+        # overlay inherits it, as stock's does.
+        bigger = src + '.64k'
+        real.qemu_img('convert', '-q', '-O', 'qcow2', '-o',
+                      'cluster_size=131072', src, bigger)
+        os.rename(bigger, src)
+    glance[image_id] = (src, fmt)
+    drv = driver(images_type='qcow2', images_type_mapping='%s:qcow2' % fmt
+                 if fmt == 'qcow2' else '')
+    _make_root_disk(drv, _instance(drv._resolver.decide(fmt), image_id, fmt),
+                    image_id)
     runs = []
     execute = processutils.execute
 
@@ -274,13 +286,39 @@ def test_a_disk_from_a_cached_template_reads_sizes_in_process(
         return execute(*cmd, **kwargs)
 
     monkeypatch.setattr(processutils, 'execute', recording)
+    disk = _make_root_disk(
+        drv, _instance(drv._resolver.decide(fmt), image_id, fmt), image_id)
+    monkeypatch.undo()
+    assert [r.split()[4] for r in runs] == ['create'], runs
+    template = real.qemu_img_info(disk.path)['full-backing-filename']
+    stocks = str(tmp_path / 'stocks')
+    libvirt_utils.create_image(stocks, 'qcow2', 64 * MiB,
+                               backing_file=template)
+    ours, theirs = (real.qemu_img_info(p) for p in (disk.path, stocks))
+    for key in ('format', 'virtual-size', 'cluster-size',
+                'backing-filename', 'backing-filename-format',
+                'format-specific'):
+        assert ours.get(key) == theirs.get(key), key
+    if fmt == 'qcow2':
+        assert ours['cluster-size'] == 131072
+
+
+def test_an_unsafe_cached_template_is_refused_as_stock_refuses_it(
+        driver, qcow2_image, tmp_path):
+    # A template that turned unsafe in the cache (a backing file) fails
+    # stock's safety check before any overlay is made on it.
+    image_id, _ = qcow2_image
+    drv = driver(images_type='qcow2', images_type_mapping='qcow2:qcow2')
+    _make_root_disk(drv, _instance(drv._resolver.decide('qcow2'), image_id,
+                                   'qcow2'), image_id)
+    template = os.path.join(_base_dir(),
+                            imagecache.native_cache_fname(image_id, 'qcow2'))
+    other = str(tmp_path / 'other')
+    real.qemu_img('create', '-q', '-f', 'qcow2', other, '64M')
+    real.qemu_img('rebase', '-q', '-u', '-F', 'qcow2', '-b', other, template)
     inst = _instance(drv._resolver.decide('qcow2'), image_id, 'qcow2')
-    disk = _make_root_disk(drv, inst, image_id)
-    info = [r for r in runs if 'qemu-img info' in r]
-    assert len(info) == 1, runs
-    # The disk is what stock makes: an overlay of the flavor's size on
-    # the native template.
-    chain = real.qemu_img_info(disk.path, backing_chain=True)
-    assert chain[0]['virtual-size'] == 64 * MiB
-    assert chain[0]['full-backing-filename'] == os.path.join(
-        _base_dir(), imagecache.native_cache_fname(image_id, 'qcow2'))
+    with pytest.raises(nova_exception.InvalidDiskInfo,
+                       match='safety check'):
+        _make_root_disk(drv, inst, image_id)
+    assert not os.path.exists(libvirt_utils.get_instance_path(inst) +
+                              '/disk')

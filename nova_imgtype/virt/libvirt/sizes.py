@@ -18,11 +18,9 @@ from __future__ import annotations
 
 import functools
 import os
+from typing import Any
 
 from nova.virt import images
-
-#: Formats whose virtual size is read here.
-FORMATS = ('raw', 'qcow2')
 
 
 def virtual_size(path: str) -> int | None:
@@ -46,10 +44,20 @@ def _read(path: str, version: tuple[int, ...]) -> int | None:
         inspector = images.get_image_format(path)
     except Exception:   # noqa: BLE001 - an unrecognised file: qemu-img's
         return None
-    fmt = str(inspector)
+    fmt = guest_format(inspector)
     if fmt == 'raw':
         # The inspector counts only the bytes it read for a raw file.
         return os.path.getsize(path)
     if fmt == 'qcow2':
         return int(inspector.virtual_size)
     return None
+
+
+def guest_format(inspector: Any) -> str | None:
+    """``raw`` or ``qcow2``, the format qemu finds in a file Nova's format
+    inspector identified (a raw disk holding a GPT or an ISO 9660 file
+    system is raw to qemu), or None for any other."""
+    fmt = str(inspector)
+    if fmt in ('raw', 'gpt', 'iso'):
+        return 'raw'
+    return 'qcow2' if fmt == 'qcow2' else None
