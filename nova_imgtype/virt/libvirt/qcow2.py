@@ -65,11 +65,15 @@ class Qcow2(imagebackend.Qcow2):
             imagebackend._update_utime_ignore_eacces(base)
             self.verify_base_size(base, call['size'])
             return
-        if (not call['safe'] and os.path.exists(base) and
-                not os.path.exists(self.path) and
-                not CONF.workarounds.disable_deep_image_inspection and
-                self._overlay_on(base, call['size'])):
-            return
+        if (not call['safe'] and not os.path.exists(self.path) and
+                not CONF.workarounds.disable_deep_image_inspection):
+            if not os.path.exists(base):
+                # As stock: the fetch function Image.cache() passes takes
+                # the template's lock.
+                call['prepare_template'](*call['args'], target=base,
+                                         **call['kwargs'])
+            if self._overlay_on(base, call['size']):
+                return
         super().create_image(*args, **kwargs)
 
     def _overlay_on(self, base: str, size: int | None) -> bool:
