@@ -1,7 +1,7 @@
 """``python -m benchmarks [disk] [scheduling] [handlers] [concurrency]
-[audit] [first-disk] [moves]``: run the benchmarks named (all by default)
-and write results/latest.*; results of benchmarks not run this time are
-kept from the previous files."""
+[audit] [first-disk] [moves] [profile]``: run the benchmarks named (all by
+default) and write results/latest.*; results of benchmarks not run this
+time are kept from the previous files."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from benchmarks import concurrent_spawns  # noqa: E402
 from benchmarks import disk_creation  # noqa: E402
 from benchmarks import first_disk  # noqa: E402
 from benchmarks import moves  # noqa: E402
+from benchmarks import profile  # noqa: E402
 from benchmarks import scheduling  # noqa: E402
 from benchmarks import template_handlers  # noqa: E402
 
@@ -35,6 +36,7 @@ BENCHMARKS = {
     'audit': (cache_audit, 'image cache audit'),
     'first-disk': (first_disk, 'time to first disk'),
     'moves': (moves, 'moves'),
+    'profile': (profile, 'profile'),
 }
 
 
