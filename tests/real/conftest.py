@@ -82,3 +82,31 @@ def ceph_cluster() -> Iterator[ceph.CephCluster]:
     """A throwaway one-node Ceph cluster (memstore, no auth) with an
     initialised rbd pool, stopped at session end (:mod:`tests.real.ceph`)."""
     yield from ceph.ceph_cluster_fixture()
+
+
+class Processes(list):  # type: ignore[type-arg]
+    """The commands run through oslo's ``processutils.execute`` (Nova's,
+    os-brick's and the plugin's) between :meth:`start` and the test's end
+    (or :meth:`stop`)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        super().__init__()
+        self._monkeypatch = monkeypatch
+
+    def start(self) -> None:
+        from oslo_concurrency import processutils
+        execute = processutils.execute
+
+        def recording(*cmd: object, **kwargs: object) -> object:
+            self.append(' '.join(str(c) for c in cmd))
+            return execute(*cmd, **kwargs)
+
+        self._monkeypatch.setattr(processutils, 'execute', recording)
+
+    def stop(self) -> None:
+        self._monkeypatch.undo()
+
+
+@pytest.fixture
+def processes(monkeypatch: pytest.MonkeyPatch) -> Processes:
+    return Processes(monkeypatch)

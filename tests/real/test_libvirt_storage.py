@@ -17,7 +17,6 @@ from nova import context as nova_context
 from nova import objects
 from nova.virt.libvirt import imagecache as nova_imagecache
 from nova.virt.libvirt import utils as libvirt_utils
-from oslo_concurrency import processutils
 
 from nova_imgtype import exception
 from nova_imgtype.testing import libvirtd as real
@@ -134,7 +133,7 @@ def test_qcow2_image_becomes_an_overlay_volume_and_boots(
 
 
 def test_a_volume_from_a_cached_template_runs_no_process(
-        pool_driver, glance, tmp_path, monkeypatch):  # noqa: F811
+        pool_driver, glance, tmp_path, processes):  # noqa: F811
     # Stock's sizes (verify_base_size, Image.cache) ran qemu-img info twice
     # per volume; libvirt makes the overlay, the sizes are read here.
     image_id = str(uuid.uuid4())
@@ -142,16 +141,9 @@ def test_a_volume_from_a_cached_template_runs_no_process(
     real.make_image(src, 'qcow2', 32 * MiB, compressed=True)
     glance[image_id] = (src, 'qcow2')
     _boot_disk(pool_driver, image_id, 'qcow2')                 # cold
-    runs = []
-    execute = processutils.execute
-
-    def recording(*cmd, **kwargs):
-        runs.append(' '.join(str(c) for c in cmd))
-        return execute(*cmd, **kwargs)
-
-    monkeypatch.setattr(processutils, 'execute', recording)
+    processes.start()
     inst, disk = _boot_disk(pool_driver, image_id, 'qcow2')    # warm
-    assert runs == []
+    assert processes == []
     assert real.qemu_img_info(disk.path)['virtual-size'] == 64 * MiB
 
 

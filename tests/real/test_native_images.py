@@ -20,7 +20,6 @@ from nova.virt import fake
 from nova.virt import images
 from nova.virt.libvirt import imagecache as nova_imagecache
 from nova.virt.libvirt import utils as libvirt_utils
-from oslo_concurrency import processutils
 from oslo_config import fixture as config_fixture
 
 from nova_imgtype.testing import libvirtd as real
@@ -258,7 +257,7 @@ def test_precaching_keeps_what_a_boot_uses(driver, qcow2_image):
 
 @pytest.mark.parametrize('fmt', ['qcow2', 'raw'])
 def test_an_overlay_on_a_cached_template_runs_qemu_img_create_alone(
-        driver, glance, tmp_path, monkeypatch, fmt):
+        driver, glance, tmp_path, processes, fmt):
     # Stock runs qemu-img info three times for an overlay on a cached
     # template (its size twice, its backing format and checks once); the
     # inspector that makes stock's safety check reads all of it here. The
@@ -278,18 +277,11 @@ def test_an_overlay_on_a_cached_template_runs_qemu_img_create_alone(
                  if fmt == 'qcow2' else '')
     _make_root_disk(drv, _instance(drv._resolver.decide(fmt), image_id, fmt),
                     image_id)
-    runs = []
-    execute = processutils.execute
-
-    def recording(*cmd, **kwargs):
-        runs.append(' '.join(str(c) for c in cmd))
-        return execute(*cmd, **kwargs)
-
-    monkeypatch.setattr(processutils, 'execute', recording)
+    processes.start()
     disk = _make_root_disk(
         drv, _instance(drv._resolver.decide(fmt), image_id, fmt), image_id)
-    monkeypatch.undo()
-    assert [r.split()[4] for r in runs] == ['create'], runs
+    processes.stop()
+    assert [r.split()[4] for r in processes] == ['create'], processes
     template = real.qemu_img_info(disk.path)['full-backing-filename']
     stocks = str(tmp_path / 'stocks')
     libvirt_utils.create_image(stocks, 'qcow2', 64 * MiB,

@@ -325,15 +325,16 @@ def test_source_refuses_a_pool_instance_to_a_host_that_made_nothing(
                                        mock.Mock())
 
 
-def test_source_sends_the_xml_of_the_destinations_disks(
-        make_driver):  # noqa: F811
-    drv = make_driver(images_type='qcow2', use_storage_pools=False)
+def _sent(drv, storage, directory, migrate_data, **fill):
+    """What the source's _guest_for_destination gives for DOMAIN going to
+    host2, which made its disks as ``storage`` in ``directory``:
+    (the guest sent, the guest's mock, the mocked config drive copy)."""
     inst = _instance(imgtype_backend='qcow2', imgtype_storage='pools')
     inst.uuid = UUID
-    inst.instance_relative_path = UUID
     fresh = _instance()
     drv._resolver.record_arrival(fresh, 'host2', resolver_mod.BackendDecision(
-        'qcow2', (), resolver_mod.LEGACY), '/j/' + UUID)
+        'qcow2', (), storage, 'nova-disks-pool' if storage ==
+        resolver_mod.POOLS else None), directory)
     guest = mock.Mock()
     guest.get_xml_desc.return_value = DOMAIN
     with mock.patch.object(objects.Instance, 'get_by_uuid',
@@ -341,9 +342,17 @@ def test_source_sends_the_xml_of_the_destinations_disks(
             mock.patch('nova.virt.libvirt.utils.get_instance_path',
                        return_value='/i/' + UUID), \
             mock.patch.object(remote_storage.LibvirtRemoteFilesystem,
-                              'fill') as fill:
+                              'fill', **fill) as copy:
         sent = drv._guest_for_destination(None, inst, 'host2',
-                                          _migrate_data(), guest)
+                                          migrate_data, guest)
+    return sent, guest, copy
+
+
+def test_source_sends_the_xml_of_the_destinations_disks(
+        make_driver):  # noqa: F811
+    drv = make_driver(images_type='qcow2', use_storage_pools=False)
+    sent, guest, fill = _sent(drv, resolver_mod.LEGACY, '/j/' + UUID,
+                              _migrate_data())
     sent.migrate('uri', destination_xml=DOMAIN)
     xml = guest.migrate.call_args.kwargs['destination_xml']
     vda = _disks_by_target(xml)['vda']
@@ -361,22 +370,9 @@ def test_source_sends_the_xml_of_the_destinations_disks(
 def test_source_sends_the_config_drive_into_the_destinations_pool(
         make_driver):  # noqa: F811
     drv = make_driver(images_type='qcow2', use_storage_pools=False)
-    inst = _instance(imgtype_backend='qcow2', imgtype_storage='pools')
-    inst.uuid = UUID
-    fresh = _instance()
-    drv._resolver.record_arrival(fresh, 'host2', resolver_mod.BackendDecision(
-        'qcow2', (), resolver_mod.POOLS, 'nova-disks-pool'), '/j/disks')
-    guest = mock.Mock()
-    guest.get_xml_desc.return_value = DOMAIN
-    with mock.patch.object(objects.Instance, 'get_by_uuid',
-                           return_value=fresh), \
-            mock.patch('nova.virt.libvirt.utils.get_instance_path',
-                       return_value='/i/' + UUID), \
-            mock.patch.object(remote_storage.LibvirtRemoteFilesystem,
-                              'fill') as fill:
-        sent = drv._guest_for_destination(
-            None, inst, 'host2',
-            _migrate_data(target_connect_addr='192.0.2.2'), guest)
+    sent, guest, fill = _sent(
+        drv, resolver_mod.POOLS, '/j/disks',
+        _migrate_data(target_connect_addr='192.0.2.2'))
     # To the address the migration itself connects to.
     fill.assert_called_once_with('/i/%s/disk.config' % UUID, '192.0.2.2',
                                  '/j/disks/%s_disk.config' % UUID)
@@ -389,26 +385,12 @@ def test_source_sends_the_config_drive_into_the_destinations_pool(
 def test_a_failed_config_drive_copy_fails_the_migration(
         make_driver):  # noqa: F811
     drv = make_driver(images_type='qcow2', use_storage_pools=False)
-    inst = _instance(imgtype_backend='qcow2', imgtype_storage='legacy')
-    inst.uuid = UUID
-    fresh = _instance()
-    drv._resolver.record_arrival(fresh, 'host2', resolver_mod.BackendDecision(
-        'qcow2', (), resolver_mod.LEGACY), '/j/' + UUID)
-    guest = mock.Mock()
-    guest.get_xml_desc.return_value = DOMAIN
     broken = libvirt.libvirtError('cannot recv data: Connection reset')
-    with mock.patch.object(objects.Instance, 'get_by_uuid',
-                           return_value=fresh), \
-            mock.patch('nova.virt.libvirt.utils.get_instance_path',
-                       return_value='/i/' + UUID), \
-            mock.patch.object(remote_storage.LibvirtRemoteFilesystem,
-                              'fill', side_effect=broken):
-        with pytest.raises(nova_exception.MigrationError,
-                           match='config drive /i/%s/disk.config.*'
-                                 'Connection reset' % UUID):
-            drv._guest_for_destination(None, inst, 'host2',
-                                       _migrate_data(), guest)
-    guest.migrate.assert_not_called()
+    with pytest.raises(nova_exception.MigrationError,
+                       match='config drive /i/%s/disk.config.*'
+                             'Connection reset' % UUID):
+        _sent(drv, resolver_mod.LEGACY, '/j/' + UUID, _migrate_data(),
+              side_effect=broken)
 
 
 def test_rollback_removes_what_the_destination_made(
