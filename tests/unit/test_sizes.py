@@ -59,3 +59,20 @@ def test_a_file_that_changed_is_read_again(tmp_path):
 def test_a_missing_file_is_an_error(tmp_path):
     with pytest.raises(FileNotFoundError):
         sizes.virtual_size(str(tmp_path / 'nothing'))
+
+
+def test_a_block_device_is_as_long_as_its_end(tmp_path):
+    # A linked template is a block device: its length is not st_size.
+    backing = tmp_path / 'backing'
+    with open(backing, 'wb') as f:
+        f.truncate(24 * MiB)
+    loop = subprocess.run(['losetup', '--find', '--show', str(backing)],
+                          check=True, capture_output=True,
+                          text=True).stdout.strip()
+    try:
+        link = tmp_path / 'template'
+        link.symlink_to(loop)
+        assert os.path.getsize(link) == 0
+        assert sizes.virtual_size(str(link)) == 24 * MiB
+    finally:
+        subprocess.run(['losetup', '--detach', loop], check=True)

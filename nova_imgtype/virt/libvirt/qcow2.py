@@ -1,5 +1,5 @@
 """``qcow2``: stock's Qcow2 backend, safe with its own swap and ephemeral
-bases.
+bases, and without a ``qemu-img info`` per size.
 
 Stock :meth:`nova.virt.libvirt.imagebackend.Qcow2.create_image`, finding
 the disk already there (as ``finish_migration`` does after a cold migration
@@ -14,8 +14,13 @@ This subclass sees the case stock misreads: a disk Nova made
 (``safe=True``: swap, ephemeral), already there, whose backing file is the
 base itself. It does what stock does for an existing disk (the base made if
 missing, its time stamp renewed for the image cache manager, its size
-checked) without the legacy step. Everything else, the safety check of an
-image template included, goes stock's way.
+checked) without the legacy step.
+
+A new overlay on a raw or qcow2 image template is made with the facts the
+format inspector of stock's own safety check read (:meth:`_overlay_on`),
+and sizes are read in process (:mod:`.sizes`): stock runs ``qemu-img
+info`` (a Python process through oslo's prlimit wrapper) four times for
+what ``qemu-img create`` alone needs.
 """
 
 from __future__ import annotations

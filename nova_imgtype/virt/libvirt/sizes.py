@@ -18,36 +18,47 @@ from __future__ import annotations
 
 import functools
 import os
+import stat
 from typing import Any
 
 from nova.virt import images
 
 
 def virtual_size(path: str) -> int | None:
-    """The virtual size of the raw or qcow2 file ``path``, or None when it
-    is in another format (or none Nova's inspector recognises).
+    """The virtual size of the raw or qcow2 file or block device ``path``
+    (a linked template is a block device), or None when it is in another
+    format (or none Nova's inspector recognises).
 
-    Read once per version of the file: a template is asked for its size
-    several times per disk (stock's ``verify_base_size``, then
-    ``Image.cache``), and a file that changed has another ``ctime``.
+    A regular file is read once per version: a template is asked for its
+    size several times per disk (stock's ``verify_base_size``, then
+    ``Image.cache``), and a file that changed has another ``ctime``. A
+    block device, which can grow under the same node, is read each time.
 
     :raises OSError: the file cannot be read.
     """
     st = os.stat(path)
-    return _read(path, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
-                        st.st_ctime_ns))
+    if not stat.S_ISREG(st.st_mode):
+        return _read(path)
+    return _read_file(path, (st.st_dev, st.st_ino, st.st_size,
+                             st.st_mtime_ns, st.st_ctime_ns))
 
 
 @functools.lru_cache(maxsize=256)
-def _read(path: str, version: tuple[int, ...]) -> int | None:
+def _read_file(path: str, version: tuple[int, ...]) -> int | None:
+    return _read(path)
+
+
+def _read(path: str) -> int | None:
     try:
         inspector = images.get_image_format(path)
     except Exception:   # noqa: BLE001 - an unrecognised file: qemu-img's
         return None
     fmt = guest_format(inspector)
     if fmt == 'raw':
-        # The inspector counts only the bytes it read for a raw file.
-        return os.path.getsize(path)
+        # The inspector counts only the bytes it read for a raw file; the
+        # length of a block device is where its end is.
+        with open(path, 'rb') as f:
+            return f.seek(0, os.SEEK_END)
     if fmt == 'qcow2':
         return int(inspector.virtual_size)
     return None
