@@ -19,14 +19,15 @@ root disk made.
   template, inspection, the image kept as qcow2).
 
 Real: the drivers' backends, qemu-img, oslo.concurrency's external locks,
-fsync'd files on the local disk. Fake: the image service (``IMAGE_API.get``
-and ``download`` serve the image file in glanceclient's 64 KiB chunks,
-verified by glanceclient's sha512 check as they are read,
-paced to 1 Gbit/s with green sleeps, as a network would be, so that the
-spawns overlap the download) and the driver's libvirt module (no domain is
-started: only disks are made). Configurations alternate in one run;
-medians of several runs, each from an empty cache; each run is checked
-(untimed): N disks, each a qcow2 overlay of the one cached template.
+fsync'd files on the local disk. Fake: the image service (``IMAGE_API.get`` and
+``download`` serve the image file in glanceclient's 64 KiB chunks, verified by
+glanceclient's sha512 check as they are read, paced to 1 Gbit/s with green
+sleeps, as a network would be, so that the spawns overlap the download: a real
+endpoint on loopback would deliver it faster than any network, and the point
+here is the overlap) and the driver's libvirt module (no domain is started:
+only disks are made). Configurations alternate in one run; medians of several
+runs, each from an empty cache; each run is checked (untimed): N disks, each a
+qcow2 overlay of the one cached template.
 """
 
 from __future__ import annotations

@@ -30,12 +30,13 @@ Methods, each through the real code of whom it belongs to:
 Cold: an empty image cache, so the image is fetched (stock: Nova's own
 ``glance`` download code; plugin: the ``downloading`` handler) and
 converted where the method converts, then the disk is made. Warm: the
-template is cached, only the disk is made. The image service is fake:
-Nova's real ``GlanceImageServiceV2.download`` (writing, fsync) with a
-glance client that reads the image file in glanceclient's 64 KiB chunks,
-verified by glanceclient's own sha512 check as they are read
-(:func:`nova_imgtype.testing.glance.chunks`), for stock and plugin alike,
-but no network: downloads are lower bounds.
+template is cached, only the disk is made. The image service is real:
+each image is uploaded to a glance-api on loopback
+(:mod:`benchmarks.glance_endpoint`: file store, SQLite, no keystone), which
+records its sha512, and Nova's own image API downloads it through
+glanceclient over HTTP, which checks that sha512 as it reads, for stock
+and plugin alike (loopback: downloads are lower bounds). The image
+metadata the drivers read carry a cinder location added for linking.
 
 Each cold round, methods alternate; per method a cold disk, then warm ones
 on its template (a new instance each), the cache emptied before the cold
@@ -82,6 +83,7 @@ from oslo_config import fixture as config_fixture
 from oslo_utils import fileutils
 
 from benchmarks import fakes
+from benchmarks import glance_endpoint
 from nova_imgtype.testing import glance as glance_data
 from nova_imgtype.testing import libvirtd as real
 from nova_imgtype.virt.libvirt import imagecache
@@ -163,6 +165,45 @@ class _ImageService:
         return self.session, image_id
 
 
+class _GlanceImage:
+    """One image uploaded to a real glance-api (:mod:`.glance_endpoint`),
+    downloaded by Nova's own image API through glanceclient over HTTP; its
+    metadata as Glance gives it, plus a cinder location for linking (the
+    image file is "the volume" there). Counts Nova's downloads of it."""
+
+    def __init__(self, path: str, fmt: str,
+                 endpoint: glance_endpoint.GlanceEndpoint) -> None:
+        self.path = path
+        self.meta = dict(endpoint.upload(path, fmt), locations=[{
+            'url': 'cinder://%s' % fakes.VOLUME_ID, 'metadata': {}}])
+        self.image_id = self.meta['id']
+        self.downloads = 0
+        self._endpoint = endpoint
+
+    def get(self, context: Any, image_id: str, *args: Any,
+            **kwargs: Any) -> dict[str, Any]:
+        return dict(self.meta)
+
+    def counting(self) -> Callable[[], None]:
+        """Count Nova's downloads of the image; returns the undo."""
+        download = glance.GlanceImageServiceV2.download
+
+        def counted(session: Any, context: Any, image_id: str,
+                    *args: Any, **kwargs: Any) -> Any:
+            if image_id == self.image_id:
+                self.downloads += 1
+            return download(session, context, image_id, *args, **kwargs)
+
+        glance.GlanceImageServiceV2.download = counted
+
+        def undo() -> None:
+            glance.GlanceImageServiceV2.download = download
+        return undo
+
+    def delete(self) -> None:
+        self._endpoint.delete(self.image_id)
+
+
 def _make_image(work: str, size: int) -> tuple[str, str]:
     """The raw image of ``size`` virtual bytes and its sha512.
 
@@ -225,6 +266,10 @@ class _Bench:
                     drv._template_handler.volume_api = self.cinder
             self.drivers[method] = drv
         self.linker = self.drivers[LINKING]._template_handler
+        # A request's context, with a token for the image endpoint (which
+        # checks none).
+        self.context = nova_context.get_admin_context()
+        self.context.auth_token = 'benchmark'
 
     def configure(self, method: str) -> None:
         libvirt_opts, default_opts = METHODS[method]
@@ -243,7 +288,7 @@ class _Bench:
 
     # -- one disk ---------------------------------------------------------
 
-    def make_disk(self, method: str, svc: _ImageService,
+    def make_disk(self, method: str, svc: Any,
                   size: int) -> tuple[Any, Any]:
         """What ``_create_image`` does for the root disk of a boot."""
         drv = self.drivers[method]
@@ -259,7 +304,7 @@ class _Bench:
         disk = drv.image_backend.by_name(inst, 'disk')
         drv._try_fetch_image_cache(
             disk, libvirt_utils.fetch_image,
-            nova_context.get_admin_context(),
+            self.context,
             nova_imagecache.get_cache_fname(svc.image_id), svc.image_id,
             inst, size)
         return inst, disk
@@ -286,7 +331,7 @@ class _Bench:
     def cache_bytes(self) -> int:
         return sum(os.lstat(p).st_blocks * 512 for p in self.templates())
 
-    def check(self, method: str, svc: _ImageService, disk: Any,
+    def check(self, method: str, svc: Any, disk: Any,
               template: bool) -> None:
         """Untimed: what was measured is what was meant (the disk, and
         with ``template`` the cache)."""
@@ -321,7 +366,7 @@ def _image_label(size: int, fmt: str) -> str:
     return '%d MiB %s' % (size // MiB, fmt)
 
 
-def _measure(bench: _Bench, svc: _ImageService,
+def _measure(bench: _Bench, svc: Any,
              size: int) -> tuple[list[dict[str, Any]], float]:
     """The rows of one image, and the seconds timed."""
     fmt = svc.meta['disk_format']
@@ -379,14 +424,16 @@ def _measure(bench: _Bench, svc: _ImageService,
     return rows, sum(sum(t) for t in times.values())
 
 
-def _patch_image_apis(svc: _ImageService) -> Callable[[], None]:
+def _patch_image_apis(svc: Any) -> Callable[[], None]:
     """Serve ``svc`` through stock's and the handlers' image APIs; returns
     the undo."""
     saved = []
+    patches: list[tuple[str, Any]] = [('get', svc.get)]
+    if hasattr(svc, 'session_for'):
+        patches.append(('_get_session_and_image_id', svc.session_for))
     for api in {id(a): a for a in (images.IMAGE_API, downloading.IMAGE_API,
                                    volume_linking.IMAGE_API)}.values():
-        for name, fn in (('get', svc.get),
-                         ('_get_session_and_image_id', svc.session_for)):
+        for name, fn in patches:
             saved.append((api, name, vars(api).get(name)))
             setattr(api, name, fn)
 
@@ -410,22 +457,25 @@ def run() -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     daemon = real.start_libvirtd()
     work = tempfile.mkdtemp(prefix='bench-first-disk-', dir='/var/tmp')
+    endpoint = glance_endpoint.GlanceEndpoint(work)
     conn = None
     bench = None
     privileged.default.set_client_mode(False)
     try:
+        endpoint.start()
         conn = libvirt.open(daemon.uri)
         bench = _Bench(work, conn)
+        bench.cfg.config(group='glance', endpoint_override=endpoint.url)
         for size in SIZES:
-            raw, raw_sha = _make_image(work, size)
+            raw, _ = _make_image(work, size)
             qcow2 = raw[:-len('.raw')] + '.qcow2'
             real.qemu_img('convert', '-c', '-o', 'compression_type=zstd',
                           '-f', 'raw', '-O', 'qcow2', raw, qcow2)
-            for fmt, path, sha in (('raw', raw, raw_sha),
-                                   ('qcow2', qcow2, fakes.sha512_of(qcow2))):
-                svc = _ImageService(path, fmt, sha)
+            for fmt, path in (('raw', raw), ('qcow2', qcow2)):
+                svc = _GlanceImage(path, fmt, endpoint)
                 bench.cinder.device = path
                 undo = _patch_image_apis(svc)
+                uncount = svc.counting()
                 # No writeback of the image files during the runs; the runs
                 # leave none to each other (their disks and templates are
                 # removed before it happens, downloads are fsync'd).
@@ -434,7 +484,9 @@ def run() -> list[dict[str, Any]]:
                 try:
                     measured, timed = _measure(bench, svc, size)
                 finally:
+                    uncount()
                     undo()
+                    svc.delete()
                 rows += measured
                 sys.stderr.write(
                     'first-disk: %s measured in %.1f s (%.1f s timed)\n' % (
@@ -449,6 +501,7 @@ def run() -> list[dict[str, Any]]:
         if conn is not None:
             conn.close()
         daemon.stop()
+        endpoint.stop()
         shutil.rmtree(work, ignore_errors=True)
     return rows
 
@@ -460,9 +513,9 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
         'Raw and compressed (zstd) qcow2 images whose first 40% hold data '
         'compressing about 2:1, the rest sparse. Cold: an empty image '
         'cache; '
-        'the image downloaded from a fake image service (Nova\'s download '
-        'code, fsync included, the image file read in 64 KiB chunks and '
-        "checked by glanceclient's sha512 check as read: no network) by "
+        'the image downloaded from a real glance-api on loopback (file '
+        "store) by Nova's image API and glanceclient over HTTP (which checks "
+        'the sha512 Glance recorded as it reads; fsync included) by '
         'stock `images.fetch_to_raw` (qcow2 converted to raw: '
         '`force_raw_images`) or by the plugin\'s `downloading` handler, '
         'then the disk made. `linking` attaches the image file as the '

@@ -11,16 +11,16 @@ the Qcow2 backend does. Images are qcow2 of 1 GiB and 10 GiB virtual size,
 each holding a tenth of its size in random data (the rest sparse), so the
 bytes to download grow with the image.
 
-Real: the handlers, glanceclient's hash check (sha512), format
-inspection, qemu-img,
-oslo.concurrency's external locks, fsync'd writes to the local disk,
-os-brick (privsep in-process) connecting the image file as "the volume"
-through its local connector. Fake: the image service (``IMAGE_API.get`` and
-``download`` serve the image file from the local disk in glanceclient's
-64 KiB chunks: every byte goes through the handler, but no network), and
-Cinder's attachment API (recorded in a dict: no Cinder runs here). So
-downloading is timed without a network and linking without Cinder's API
-or a real iSCSI/rbd attach: both are lower bounds.
+Real: the handlers, glanceclient's hash check (sha512), format inspection,
+qemu-img, oslo.concurrency's external locks, fsync'd writes to the local disk,
+os-brick (privsep in-process) connecting the image file as "the volume" through
+its local connector. Fake: the image service (``IMAGE_API.get`` and
+``download`` serve the image file from the local disk in glanceclient's 64 KiB
+chunks: every byte goes through the handler, but no network, so that the
+handlers' own costs are what differs; the time to first disk benchmark
+downloads from a real glance-api), and Cinder's attachment API (recorded in a
+dict: no Cinder runs here). So downloading is timed without a network and
+linking without Cinder's API or a real iSCSI/rbd attach: both are lower bounds.
 
 The two handlers are measured alternately in the same run; medians of
 several runs, each from an empty cache (removal through the handler's
