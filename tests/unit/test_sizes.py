@@ -56,9 +56,22 @@ def test_a_file_that_changed_is_read_again(tmp_path):
     assert sizes.virtual_size(path) == 5 * MiB
 
 
-def test_a_missing_file_is_an_error(tmp_path):
-    with pytest.raises(FileNotFoundError):
-        sizes.virtual_size(str(tmp_path / 'nothing'))
+def test_a_missing_file_is_left_to_qemu_img(tmp_path):
+    # Stock's qemu-img info raises DiskNotFound for it, which callers know.
+    assert sizes.virtual_size(str(tmp_path / 'nothing')) is None
+
+
+def test_the_backends_say_a_missing_disk_as_stock_says_it(tmp_path):
+    from nova import exception as nova_exception
+    from nova.virt.libvirt import imagebackend
+
+    from nova_imgtype.virt.libvirt import qcow2
+    image = qcow2.Qcow2.__new__(qcow2.Qcow2)
+    missing = str(tmp_path / 'nothing')
+    with pytest.raises(nova_exception.DiskNotFound):
+        image.get_disk_size(missing)
+    with pytest.raises(nova_exception.DiskNotFound):
+        imagebackend.Qcow2.get_disk_size(image, missing)
 
 
 def test_a_block_device_is_as_long_as_its_end(tmp_path):

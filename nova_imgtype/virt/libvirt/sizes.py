@@ -27,16 +27,22 @@ from nova.virt import images
 def virtual_size(path: str) -> int | None:
     """The virtual size of the raw or qcow2 file or block device ``path``
     (a linked template is a block device), or None when it is in another
-    format (or none Nova's inspector recognises).
+    format (or none Nova's inspector recognises), for ``qemu-img info``.
 
     A regular file is read once per version: a template is asked for its
     size several times per disk (stock's ``verify_base_size``, then
     ``Image.cache``), and a file that changed has another ``ctime``. A
     block device, which can grow under the same node, is read each time.
 
-    :raises OSError: the file cannot be read.
+    A missing file is None too: stock's ``qemu-img info`` says so in its
+    own words (``DiskNotFound``).
+
+    :raises OSError: the file is there but cannot be read.
     """
-    st = os.stat(path)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
     if not stat.S_ISREG(st.st_mode):
         return _read(path)
     return _read_file(path, (st.st_dev, st.st_ino, st.st_size,
