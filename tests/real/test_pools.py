@@ -2,6 +2,7 @@
 pools, real files and qemu-img, and a domain booted from pool volumes."""
 
 import os
+import subprocess
 import uuid
 
 import libvirt
@@ -96,6 +97,32 @@ def test_raw_copy_copies_the_data_alone_and_keeps_the_holes(sp):
     # A volume of the pool like any other.
     sp.refresh(pools.DISKS_POOL)
     assert sp.find_volume(sp.disks, name) is not None
+
+
+def test_raw_copy_of_a_linked_template_copies_the_device(sp, tmp_path):
+    # A linked template is a link to a block device (the image volume):
+    # its data are copied whole, by libvirt (st_size says 0 for it).
+    backing = tmp_path / 'volume'
+    data = os.urandom(MiB)
+    with open(backing, 'wb') as f:
+        f.truncate(16 * MiB)
+        f.seek(4 * MiB)
+        f.write(data)
+    loop = subprocess.run(['losetup', '--find', '--show', str(backing)],
+                          check=True, capture_output=True,
+                          text=True).stdout.strip()
+    try:
+        os.symlink(loop, os.path.join(sp.specs[0].target, 'tmpl-linked'))
+        sp.refresh(pools.BASE_POOL)
+        src = sp.base.storageVolLookupByName('tmpl-linked')
+        name = pools.volume_name(str(uuid.uuid4()), 'disk')
+        vol = sp.copy(sp.disks, name, src, 'raw', 32 * MiB)
+        with open(vol.path(), 'rb') as f:
+            f.seek(4 * MiB)
+            assert f.read(MiB) == data
+        assert vol.info()[1] == 32 * MiB
+    finally:
+        subprocess.run(['losetup', '--detach', loop], check=True)
 
 
 def test_a_failed_raw_copy_leaves_no_volume(sp, monkeypatch):

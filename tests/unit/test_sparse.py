@@ -55,3 +55,16 @@ def test_a_missing_destination_is_an_error(tmp_path):
     src.write_bytes(b'x')
     with pytest.raises(FileNotFoundError):
         sparse.copy_data(str(src), str(tmp_path / 'nowhere'))
+
+
+def test_only_regular_files_are_copied_here(tmp_path):
+    # A block device (a linked template) has no length in st_size and no
+    # SEEK_DATA: it is left to libvirt, and refused here rather than read
+    # as empty.
+    assert sparse.is_regular_file(__file__)
+    assert not sparse.is_regular_file('/dev/null')
+    assert not sparse.is_regular_file(str(tmp_path / 'nothing'))
+    dst = tmp_path / 'dst'
+    dst.write_bytes(b'')
+    with pytest.raises(OSError, match='not a regular file'):
+        sparse.copy_data('/dev/zero', str(dst))

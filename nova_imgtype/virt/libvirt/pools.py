@@ -214,11 +214,13 @@ class StoragePools:
         copy is sparse unless ``preallocate``. A raw volume of a dir pool
         into a raw volume of a dir pool, which libvirt would copy by
         reading its whole virtual size, is a new sparse volume with the
-        source's data extents copied in (:mod:`.sparse`).
+        source's data extents copied in (:mod:`.sparse`), unless the source
+        is not a regular file (a linked template's block device).
         """
         if (not preallocate and fmt == 'raw' and pool_type(pool) == 'dir'
                 and volume_format(source) == 'raw' and
-                pool_type(source.storagePoolLookupByVolume()) == 'dir'):
+                pool_type(source.storagePoolLookupByVolume()) == 'dir' and
+                sparse.is_regular_file(source.path())):
             return self._create(pool, name, lambda: self._copy_data(
                 pool, name, source, capacity))
         xml = _volume_xml(name, fmt, capacity, preallocate=preallocate)

@@ -12,6 +12,17 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
+
+
+def is_regular_file(path: str) -> bool:
+    """Whether ``path`` is (or links to) a regular file, which
+    :func:`copy_data` copies: a block device has neither its length in
+    ``st_size`` nor ``SEEK_DATA`` and ``copy_file_range``."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return False
 
 
 def extents(fd: int, size: int) -> list[tuple[int, int]]:
@@ -34,8 +45,8 @@ def extents(fd: int, size: int) -> list[tuple[int, int]]:
 
 
 def copy_data(src: str, dst: str) -> int:
-    """Copy the data of the file ``src`` into the existing file ``dst`` at
-    the same offsets; returns the bytes copied.
+    """Copy the data of the regular file ``src`` into the existing file
+    ``dst`` at the same offsets; returns the bytes copied.
 
     ``dst`` must read as zeros wherever ``src`` has a hole (a new sparse
     file at least as large, as a pool makes for a volume): holes are not
@@ -46,6 +57,8 @@ def copy_data(src: str, dst: str) -> int:
     copied = 0
     with open(src, 'rb') as s, open(dst, 'r+b') as d:
         sfd, dfd = s.fileno(), d.fileno()
+        if not stat.S_ISREG(os.fstat(sfd).st_mode):
+            raise OSError(errno.EINVAL, '%s: not a regular file' % src)
         for start, end in extents(sfd, os.fstat(sfd).st_size):
             pos = start
             while pos < end:
