@@ -62,6 +62,7 @@ every disk (it took 0.5-1.5 s on a shared machine).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import statistics
@@ -70,6 +71,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from collections.abc import Iterator
 from typing import Any
 
 import nova.conf
@@ -446,7 +448,11 @@ def _patch_image_apis(svc: Any) -> Callable[[], None]:
     return undo
 
 
-def run() -> list[dict[str, Any]]:
+@contextlib.contextmanager
+def running(prefix: str) -> Iterator[_Bench]:
+    """The drivers of a run on a throwaway libvirtd, in a work directory
+    named ``prefix``; os-brick's privileged calls in this process (we are
+    root). All of it gone afterwards."""
     import libvirt
     from os_brick import privileged
 
@@ -454,46 +460,15 @@ def run() -> list[dict[str, Any]]:
     # Errors still raise; libvirt's default handler would also print the
     # expected ones (a volume looked up before it is made).
     libvirt.registerErrorHandler(lambda _ctx, _err: None, None)
-    rows: list[dict[str, Any]] = []
     daemon = real.start_libvirtd()
-    work = tempfile.mkdtemp(prefix='bench-first-disk-', dir='/var/tmp')
-    endpoint = glance_endpoint.GlanceEndpoint(work)
+    work = tempfile.mkdtemp(prefix=prefix, dir='/var/tmp')
     conn = None
     bench = None
     privileged.default.set_client_mode(False)
     try:
-        endpoint.start()
         conn = libvirt.open(daemon.uri)
         bench = _Bench(work, conn)
-        bench.cfg.config(group='glance', endpoint_override=endpoint.url)
-        for size in SIZES:
-            raw, _ = _make_image(work, size)
-            qcow2 = raw[:-len('.raw')] + '.qcow2'
-            real.qemu_img('convert', '-c', '-o', 'compression_type=zstd',
-                          '-f', 'raw', '-O', 'qcow2', raw, qcow2)
-            for fmt, path in (('raw', raw), ('qcow2', qcow2)):
-                svc = _GlanceImage(path, fmt, endpoint)
-                bench.cinder.device = path
-                undo = _patch_image_apis(svc)
-                uncount = svc.counting()
-                # No writeback of the image files during the runs; the runs
-                # leave none to each other (their disks and templates are
-                # removed before it happens, downloads are fsync'd).
-                os.sync()
-                start = time.perf_counter()
-                try:
-                    measured, timed = _measure(bench, svc, size)
-                finally:
-                    uncount()
-                    undo()
-                    svc.delete()
-                rows += measured
-                sys.stderr.write(
-                    'first-disk: %s measured in %.1f s (%.1f s timed)\n' % (
-                        _image_label(size, fmt), time.perf_counter() - start,
-                        timed))
-            os.unlink(raw)
-            os.unlink(qcow2)
+        yield bench
     finally:
         privileged.default.set_client_mode(True)
         if bench is not None:
@@ -501,8 +476,54 @@ def run() -> list[dict[str, Any]]:
         if conn is not None:
             conn.close()
         daemon.stop()
-        endpoint.stop()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def run() -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    with running('bench-first-disk-') as bench:
+        endpoint = glance_endpoint.GlanceEndpoint(bench.work)
+        try:
+            endpoint.start()
+            bench.cfg.config(group='glance', endpoint_override=endpoint.url)
+            for size in SIZES:
+                rows += _measure_size(bench, endpoint, size)
+        finally:
+            endpoint.stop()
+    return rows
+
+
+def _measure_size(bench: _Bench, endpoint: glance_endpoint.GlanceEndpoint,
+                  size: int) -> list[dict[str, Any]]:
+    """The rows of the raw and qcow2 images of ``size``."""
+    rows: list[dict[str, Any]] = []
+    raw, _ = _make_image(bench.work, size)
+    qcow2 = raw[:-len('.raw')] + '.qcow2'
+    real.qemu_img('convert', '-c', '-o', 'compression_type=zstd',
+                  '-f', 'raw', '-O', 'qcow2', raw, qcow2)
+    for fmt, path in (('raw', raw), ('qcow2', qcow2)):
+        svc = _GlanceImage(path, fmt, endpoint)
+        bench.cinder.device = path
+        undo = _patch_image_apis(svc)
+        uncount = svc.counting()
+        # No writeback of the image files during the runs; the runs leave
+        # none to each other (their disks and templates are removed before
+        # it happens, downloads are fsync'd).
+        os.sync()
+        start = time.perf_counter()
+        try:
+            measured, timed = _measure(bench, svc, size)
+        finally:
+            uncount()
+            undo()
+            svc.delete()
+        rows += measured
+        sys.stderr.write(
+            'first-disk: %s measured in %.1f s (%.1f s timed)\n' % (
+                _image_label(size, fmt), time.perf_counter() - start,
+                timed))
+    os.unlink(raw)
+    os.unlink(qcow2)
     return rows
 
 

@@ -20,16 +20,13 @@ from __future__ import annotations
 import collections
 import functools
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from collections.abc import Iterator
 from typing import Any
 
-from nova import objects
 from nova.virt import images
 from oslo_concurrency import processutils
 
@@ -130,20 +127,9 @@ def _one(bench: fd._Bench, svc: Any, method: str, warm: bool,
 
 
 def run() -> list[dict[str, Any]]:
-    import libvirt
-    from os_brick import privileged
-
-    objects.register_all()
-    libvirt.registerErrorHandler(lambda _ctx, _err: None, None)
-    daemon = fd.real.start_libvirtd()
-    work = tempfile.mkdtemp(prefix='bench-profile-', dir='/var/tmp')
-    conn = bench = None
     rows: list[dict[str, Any]] = []
-    privileged.default.set_client_mode(False)
-    try:
-        conn = libvirt.open(daemon.uri)
-        bench = fd._Bench(work, conn)
-        raw, _ = fd._make_image(work, SIZE)
+    with fd.running('bench-profile-') as bench:
+        raw, _ = fd._make_image(bench.work, SIZE)
         qcow2 = raw[:-len('.raw')] + '.qcow2'
         fd.real.qemu_img('convert', '-c', '-o', 'compression_type=zstd',
                          '-f', 'raw', '-O', 'qcow2', raw, qcow2)
@@ -153,43 +139,37 @@ def run() -> list[dict[str, Any]]:
         undo = fd._patch_image_apis(svc)
         try:
             for scenario, method, warm in SCENARIOS:
-                per_step: dict[str, list[float]] = collections.defaultdict(
-                    list)
-                calls: dict[str, list[int]] = collections.defaultdict(list)
-                totals = []
-                for _ in range(RUNS):
-                    steps = _Steps()
-                    totals.append(_one(bench, svc, method, warm, steps))
-                    for name in set(steps.ms) | set(per_step):
-                        per_step[name].append(steps.ms.get(name, 0.0))
-                        calls[name].append(steps.calls.get(name, 0))
-                bench.clear_cache()
-                total = statistics.median(totals)
-                for name, ms in sorted(per_step.items(),
-                                       key=lambda kv: -statistics.median(
-                                           kv[1])):
-                    rows.append({
-                        'benchmark': 'profile', 'scenario': scenario,
-                        'step': name, 'calls': statistics.median(
-                            calls[name]), 'median_ms': statistics.median(ms),
-                        'runs': RUNS})
-                rows.append({'benchmark': 'profile', 'scenario': scenario,
-                             'step': 'total (wall)', 'calls': 1,
-                             'median_ms': total, 'all_ms': totals,
-                             'runs': RUNS})
-                sys.stderr.write('profile: %s %.1f ms\n' % (scenario,
-                                                              total))
+                rows += _profile(bench, svc, scenario, method, warm)
         finally:
             undo()
-    finally:
-        privileged.default.set_client_mode(True)
-        if bench is not None:
             bench.clear_cache()
-            bench.close()
-        if conn is not None:
-            conn.close()
-        daemon.stop()
-        shutil.rmtree(work, ignore_errors=True)
+    return rows
+
+
+def _profile(bench: fd._Bench, svc: Any, scenario: str, method: str,
+             warm: bool) -> list[dict[str, Any]]:
+    """The rows of one scenario: each step's median, then the total."""
+    per_step: dict[str, list[float]] = collections.defaultdict(list)
+    calls: dict[str, list[int]] = collections.defaultdict(list)
+    totals = []
+    for _ in range(RUNS):
+        steps = _Steps()
+        totals.append(_one(bench, svc, method, warm, steps))
+        for name in set(steps.ms) | set(per_step):
+            per_step[name].append(steps.ms.get(name, 0.0))
+            calls[name].append(steps.calls.get(name, 0))
+    bench.clear_cache()
+    total = statistics.median(totals)
+    rows: list[dict[str, Any]] = [
+        {'benchmark': 'profile', 'scenario': scenario, 'step': name,
+         'calls': statistics.median(calls[name]),
+         'median_ms': statistics.median(ms), 'runs': RUNS}
+        for name, ms in sorted(per_step.items(),
+                               key=lambda kv: -statistics.median(kv[1]))]
+    rows.append({'benchmark': 'profile', 'scenario': scenario,
+                 'step': 'total (wall)', 'calls': 1, 'median_ms': total,
+                 'all_ms': totals, 'runs': RUNS})
+    sys.stderr.write('profile: %s %.1f ms\n' % (scenario, total))
     return rows
 
 
