@@ -4,12 +4,14 @@
 2. the gate checks tempest cannot make (:mod:`gate.checks`);
 3. tempest's selection and the project's scenarios (:mod:`gate.tempest`),
    label ``plugin``;
-4. every server deleted, both computes restarted on stock
-   ``libvirt.LibvirtDriver``, the same selection again, label ``stock``;
-5. both side by side in ``gate/results/latest.{md,json}``
+4. every server deleted, the end-to-end boot times (:mod:`gate.timing`)
+   on the plugin's computes; both computes restarted on stock
+   ``libvirt.LibvirtDriver``, the boot times on them, the same tempest
+   selection again, label ``stock``;
+5. all of it side by side in ``gate/results/latest.{md,json}``
    (:mod:`gate.results`); the gate fails on a test that passes on stock but
    not on the plugin, on a failed check, or on fewer upstream tests passing
-   on both than the minimum.
+   on both than the minimum (boot times are reported, not judged).
 
 The cloud is taken down at the end, on failure and on Ctrl-C/SIGTERM too,
 unless ``--keep`` (then it prints how to use and stop it).
@@ -27,6 +29,7 @@ from types import FrameType
 from gate import checks
 from gate import results
 from gate import tempest
+from gate import timing
 from gate.cloud import __main__ as cloud_cli
 from gate.cloud import computes
 from gate.cloud import down as D
@@ -71,10 +74,13 @@ def judge(state: P.State, skip_tempest: bool = False) -> int:
         return int(bool(failed_checks))
     plugin = tempest.run(cloud_path, 'plugin')
     _delete_servers(cloud_path)
+    plugin_times = timing.measure(cloud_path, 'plugin')
     _switch(state, L.STOCK_DRIVER)
+    stock_times = timing.measure(cloud_path, 'stock')
     stock = tempest.run(cloud_path, 'stock')
-    md_path, json_path, cmp = results.write(stock, plugin,
-                                            checks_path=checks_path)
+    md_path, json_path, cmp = results.write(
+        stock, plugin, checks_path=checks_path,
+        timing=timing.compare(stock_times, plugin_times))
     with open(md_path) as f:
         print(f.read().split('\n## Per test')[0])
     print('gate results: %s, %s' % (md_path, json_path))

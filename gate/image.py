@@ -50,6 +50,9 @@ PARTITION_START_LBA = 2048
 #: Where markers go: past the MBR, in the gap before the partition.
 MARKER_OFFSET = 512 * 1024
 MARKER_MAX = 256
+#: :func:`make_data_image`: how much of the disk holds data, in clusters.
+DATA_PERCENT = 40
+CLUSTER = 64 * 1024
 
 #: The boot code's source (GNU as, ``.code16``), for the record:
 #: ``as --32 boot.S && ld -m elf_i386 -Ttext 0x7c00 --oformat binary``
@@ -180,6 +183,36 @@ def make_image(path: StrPath, fmt: str = 'raw',
     with tempfile.TemporaryDirectory() as tmp:
         raw = make_raw(os.path.join(tmp, 'boot.raw'), size)
         return convert(raw, path, fmt)
+
+
+def make_data_image(path: StrPath, fmt: str, size: int) -> str:
+    """The bootable image of ``size`` bytes at ``path``, with data.
+
+    Past the MBR's first MiB, the first :data:`DATA_PERCENT` of the disk
+    hold data that compress about 2:1, as an OS image's do (each 64 KiB
+    cluster half text, half random bytes from a small pool, the same
+    recipe as ``benchmarks/first_disk.py``); the rest is sparse. ``qcow2``
+    is compressed (zstd), as images are published.
+    """
+    path = os.fspath(path)
+    raw = path if fmt == 'raw' else path + '.raw'
+    make_raw(raw, size)
+    line = b'nova-imgtype gate data: the quick brown fox jumps over.\n'
+    text = (line * (CLUSTER // len(line) + 1))[:CLUSTER // 2 - 8]
+    noise = [os.urandom(CLUSTER // 2) for _ in range(61)]
+    start = PARTITION_START_LBA * SECTOR
+    with open(raw, 'r+b') as f:
+        f.seek(start)
+        for i in range(size * DATA_PERCENT // 100 // CLUSTER):
+            f.write(text + i.to_bytes(8, 'big') + noise[i % len(noise)])
+    if fmt == 'raw':
+        return path
+    try:
+        _run(['qemu-img', 'convert', '-c', '-o', 'compression_type=zstd',
+              '-f', 'raw', '-O', fmt, raw, path])
+    finally:
+        os.unlink(raw)
+    return path
 
 
 def disk_format(path: StrPath, argv_prefix: Sequence[str] = ()) -> str:

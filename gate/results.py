@@ -38,6 +38,8 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
 
+from gate.timing import render_md as timing_md
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT_DIR = os.path.join(HERE, 'results')
 MIN_PASSED = 40
@@ -77,7 +79,8 @@ def verdict(stock: Mapping[str, Any], plugin: Mapping[str, Any],
 
 def compare(stock: Mapping[str, Any], plugin: Mapping[str, Any],
             checks: Sequence[Mapping[str, Any]] = (),
-            min_passed: int = MIN_PASSED) -> dict[str, Any]:
+            min_passed: int = MIN_PASSED,
+            timing: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The comparison of two runs (what latest.json holds)."""
     checks = [normalize_check(c) for c in checks]
     s_tests = stock.get('tests', {})
@@ -127,6 +130,7 @@ def compare(stock: Mapping[str, Any], plugin: Mapping[str, Any],
         'defects': defects,
         'plugin_failures': plugin_failures,
         'checks': checks,
+        'timing': timing,
         'tests': rows,
     }
 
@@ -214,6 +218,8 @@ def render_md(cmp: Mapping[str, Any]) -> str:
                 _md(check['name']), check['raw_status'].upper()
                 if check['status'] != 'passed' else check['raw_status'],
                 _md(detail[0] if detail else '')[:300]))
+    if cmp.get('timing'):
+        out.append(timing_md(cmp['timing']))
     out.append('\n## Per test\n\n| test | stock | plugin | verdict |\n'
                '|---|---|---|---|\n')
     for row in cmp['tests']:
@@ -234,7 +240,9 @@ def render_md(cmp: Mapping[str, Any]) -> str:
 
 def write(stock_path: str, plugin_path: str, out_dir: str = OUT_DIR,
           checks_path: str | None = None,
-          min_passed: int = MIN_PASSED) -> tuple[str, str, dict[str, Any]]:
+          min_passed: int = MIN_PASSED,
+          timing: Mapping[str, Any] | None = None,
+          ) -> tuple[str, str, dict[str, Any]]:
     """Write latest.md and latest.json; (md path, json path, comparison)."""
     with open(stock_path) as f:
         stock = json.load(f)
@@ -244,7 +252,7 @@ def write(stock_path: str, plugin_path: str, out_dir: str = OUT_DIR,
     if checks_path:
         with open(checks_path) as f:
             checks = json.load(f)
-    cmp = compare(stock, plugin, checks, min_passed)
+    cmp = compare(stock, plugin, checks, min_passed, timing)
     os.makedirs(out_dir, exist_ok=True)
     md_path = os.path.join(out_dir, 'latest.md')
     json_path = os.path.join(out_dir, 'latest.json')

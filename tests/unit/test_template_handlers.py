@@ -358,6 +358,33 @@ def test_linking_falls_back_to_downloading(conf, linking, glance, cache,
     assert linking.volume_api.attachments == {}
 
 
+def test_linking_probes_the_connector_once_until_a_link_fails(
+        linking, glance, cache):
+    """os-brick's connector probes (a process per fact) run for the first
+    link, not for every one; a failed attachment makes the next link probe
+    again."""
+    qemu_img('create', '-f', 'qcow2', linking.volume_api.device, '16M')
+    _cinder_image(glance, linking.volume_api.device, 'qcow2')
+    probe = volume_linking.brick_connector.get_connector_properties
+    with mock.patch.object(volume_linking.brick_connector,
+                           'get_connector_properties',
+                           side_effect=probe) as probed:
+        for name in ('a', 'b'):
+            linking.fetch_image(None, IMAGE_ID, str(cache / name), 'qcow2')
+            assert os.path.islink(cache / name)
+        assert probed.call_count == 1
+        connectors = [c.kwargs['host'] for c in probed.call_args_list]
+        assert connectors == ['host1']
+
+        linking.volume_api.fail = True
+        linking.fetch_image(None, IMAGE_ID, str(cache / 'c'), 'qcow2')
+        assert not os.path.islink(cache / 'c')      # downloaded instead
+        linking.volume_api.fail = False
+        linking.fetch_image(None, IMAGE_ID, str(cache / 'd'), 'qcow2')
+        assert os.path.islink(cache / 'd')
+        assert probed.call_count == 2
+
+
 # -- read-only attachments (Cinder's API mocked: no Cinder runs here) ---------
 
 def test_image_volumes_are_attached_read_only_where_cinder_can(monkeypatch):

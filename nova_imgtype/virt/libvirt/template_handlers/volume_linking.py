@@ -17,8 +17,10 @@ instead (:mod:`.downloading`), and the reason logged.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
+import threading
 import uuid
 from typing import Any
 
@@ -115,6 +117,8 @@ class VolumeLinkingTemplateImageHandler(base.BaseTemplateImageHandler):
     def __init__(self) -> None:
         self.fallback = downloading.DownloadingTemplateImageHandler()
         self.volume_api = ImageVolumeAPI()
+        self._props: dict[str, Any] | None = None
+        self._props_lock = threading.Lock()
 
     # -- state --------------------------------------------------------------
 
@@ -140,6 +144,27 @@ class VolumeLinkingTemplateImageHandler(base.BaseTemplateImageHandler):
         os.rename(path + '.tmp', path)
 
     # -- os-brick -----------------------------------------------------------
+
+    def connector_properties(self) -> dict[str, Any]:
+        """This host's os-brick connector, as Cinder is told of it.
+
+        Probed once per handler (os-brick runs a process for each fact:
+        ``nvme``, ``cat``, ``findmnt``, ``blkid``, ``dmidecode``, about
+        130 ms in all) and kept: they are facts of the host (initiator
+        name, NQN, host id, address) and of options read at start. A link
+        that fails forgets them (:meth:`_forget_connector`), so that the
+        next one probes again.
+        """
+        with self._props_lock:
+            if self._props is None:
+                self._props = brick_connector.get_connector_properties(
+                    utils.get_root_helper(), CONF.my_block_storage_ip,
+                    False, False, host=CONF.host)
+            return copy.deepcopy(self._props)
+
+    def _forget_connector(self) -> None:
+        with self._props_lock:
+            self._props = None
 
     @staticmethod
     def _connector(connection_info: dict[str, Any]) -> Any:
@@ -267,11 +292,13 @@ class VolumeLinkingTemplateImageHandler(base.BaseTemplateImageHandler):
 
     def _link(self, context: Any, meta: dict[str, Any], image_id: str,
               volume_id: str, target: str, disk_format: str | None) -> None:
-        props = brick_connector.get_connector_properties(
-            utils.get_root_helper(), CONF.my_block_storage_ip, False, False,
-            host=CONF.host)
-        attachment = self.volume_api.attachment_create_read_only(
-            context, volume_id, owner_uuid(CONF.host), props)
+        props = self.connector_properties()
+        try:
+            attachment = self.volume_api.attachment_create_read_only(
+                context, volume_id, owner_uuid(CONF.host), props)
+        except Exception:
+            self._forget_connector()
+            raise
         try:
             info = attachment['connection_info']
             if not info:
@@ -294,6 +321,7 @@ class VolumeLinkingTemplateImageHandler(base.BaseTemplateImageHandler):
                     info['data'], {'path': device})
                 raise
         except Exception:
+            self._forget_connector()
             self.volume_api.attachment_delete(context, attachment['id'])
             raise
         LOG.info('Template of image %(img)s linked to volume %(vol)s at '

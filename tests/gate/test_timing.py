@@ -1,0 +1,104 @@
+"""The gate's end-to-end boot times: the data image, medians side by side
+with stock's, and their section of latest.md."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+
+import pytest
+from oslo_utils.imageutils import format_inspector
+
+from gate import image
+from gate import results
+from gate import timing
+
+MiB = 1024 * 1024
+
+
+def _times(cold_qcow2: list[float], warm_qcow2: list[float],
+           raw: list[float]) -> dict[str, object]:
+    return {'label': 'x', 'size': timing.SIZE, 'runs': 3, 'times': {
+        'compute1': {'qcow2': {'cold': cold_qcow2, 'warm': warm_qcow2},
+                     'raw': {'cold': raw, 'warm': raw}}}}
+
+
+def test_compare_takes_medians_and_ratios() -> None:
+    stock = _times([10.0, 30.0, 12.0], [4.0, 4.2, 3.8], [8.0, 8.0, 8.0])
+    plugin = _times([6.0, 7.0, 100.0], [3.0, 3.1, 2.9], [8.0, 9.0, 7.5])
+    cmp = timing.compare(stock, plugin)
+    rows = {(r['format'], r['state']): r for r in cmp['rows']}
+    assert set(rows) == {('qcow2', 'cold'), ('qcow2', 'warm'),
+                         ('raw', 'cold'), ('raw', 'warm')}
+    cold = rows[('qcow2', 'cold')]
+    # Medians, not means: one slow run of either side moves nothing.
+    assert (cold['stock_median'], cold['plugin_median']) == (12.0, 7.0)
+    assert cold['ratio'] == 0.58 and cold['target'] == 0.7 and cold['met']
+    assert rows[('qcow2', 'warm')]['ratio'] == 0.75
+    assert rows[('raw', 'cold')]['target'] == 1.0
+    assert rows[('raw', 'cold')]['met'] and cmp['met']
+
+
+def test_a_row_over_its_target_is_not_met() -> None:
+    stock = _times([10.0] * 3, [4.0] * 3, [8.0] * 3)
+    plugin = _times([7.5] * 3, [3.0] * 3, [8.4] * 3)
+    cmp = timing.compare(stock, plugin)
+    over = {(r['format'], r['state']) for r in cmp['rows'] if not r['met']}
+    # 0.75x is under stock but over the cold qcow2 target of 0.7x.
+    assert over == {('qcow2', 'cold'), ('raw', 'cold'), ('raw', 'warm')}
+    assert not cmp['met']
+    md = timing.render_md(cmp)
+    assert md.count('**over**') == 3 and 'Not all met' in md
+
+
+def test_latest_md_has_the_times(tmp_path: pathlib.Path) -> None:
+    run = {'label': 'l', 'tests': {
+        'tempest.api.T.test_a': {'status': 'passed', 'duration': 1.0}}}
+    paths = []
+    for label in ('stock', 'plugin'):
+        path = tmp_path / ('%s.json' % label)
+        path.write_text(json.dumps({**run, 'label': label}))
+        paths.append(str(path))
+    cmp = timing.compare(_times([10.0] * 3, [4.0] * 3, [8.0] * 3),
+                         _times([5.0] * 3, [3.0] * 3, [7.0] * 3))
+    md_path, json_path, out = results.write(*paths, out_dir=str(tmp_path),
+                                            min_passed=1, timing=cmp)
+    md = pathlib.Path(md_path).read_text()
+    assert '## End-to-end boot times' in md
+    assert '| compute1 | qcow2 | cold | 10.00 | 5.00 | 0.50 | 0.7 |' in md
+    saved = json.loads(pathlib.Path(json_path).read_text())
+    assert saved['timing']['met'] and len(saved['timing']['rows']) == 4
+    # Reported, not judged: the verdict is the tests'.
+    assert out['summary']['ok']
+
+
+@pytest.mark.parametrize('fmt', ['raw', 'qcow2'])
+def test_data_image_boots_and_holds_data(tmp_path: pathlib.Path,
+                                         fmt: str) -> None:
+    size = 16 * MiB
+    path = image.make_data_image(tmp_path / ('d.' + fmt), fmt, size)
+    inspector = format_inspector.detect_file_format(path)
+    # A raw disk with an MBR is what the inspector calls gpt.
+    assert str(inspector) == {'raw': 'gpt'}.get(fmt, fmt)
+    inspector.safety_check()
+    if fmt == 'qcow2':
+        assert inspector.virtual_size == size
+    else:
+        assert os.path.getsize(path) == size
+    raw = tmp_path / 'back.raw'
+    subprocess.run(['qemu-img', 'convert', '-O', 'raw', path, str(raw)],
+                   check=True)
+    data = raw.read_bytes()
+    assert data[:512] == image.mbr(size=size)
+    start = image.PARTITION_START_LBA * 512
+    end = start + size * image.DATA_PERCENT // 100 // image.CLUSTER \
+        * image.CLUSTER
+    assert b'quick brown fox' in data[start:start + image.CLUSTER]
+    assert data[end:] == bytes(size - end) and any(data[end - 64:end])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ['d.' + fmt, 'back.raw'])
+    if fmt == 'qcow2':
+        # Compressed: well under the 40% of data the raw holds.
+        assert pathlib.Path(path).stat().st_size < size * 0.3
