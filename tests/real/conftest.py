@@ -87,21 +87,30 @@ def ceph_cluster() -> Iterator[ceph.CephCluster]:
 class Processes(list):  # type: ignore[type-arg]
     """The commands run through oslo's ``processutils.execute`` (Nova's,
     os-brick's and the plugin's) between :meth:`start` and the test's end
-    (or :meth:`stop`)."""
+    (or :meth:`stop`); ``inspected``: the files Nova's format inspector
+    (``images.get_image_format``) read meanwhile."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         super().__init__()
         self._monkeypatch = monkeypatch
+        self.inspected: list[str] = []
 
     def start(self) -> None:
+        from nova.virt import images
         from oslo_concurrency import processutils
         execute = processutils.execute
+        inspect = images.get_image_format
 
         def recording(*cmd: object, **kwargs: object) -> object:
             self.append(' '.join(str(c) for c in cmd))
             return execute(*cmd, **kwargs)
 
+        def inspecting(path: str) -> object:
+            self.inspected.append(path)
+            return inspect(path)
+
         self._monkeypatch.setattr(processutils, 'execute', recording)
+        self._monkeypatch.setattr(images, 'get_image_format', inspecting)
 
     def stop(self) -> None:
         self._monkeypatch.undo()

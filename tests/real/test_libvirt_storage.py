@@ -144,6 +144,11 @@ def test_a_volume_from_a_cached_template_runs_no_process(
     processes.start()
     inst, disk = _boot_disk(pool_driver, image_id, 'qcow2')    # warm
     assert processes == []
+    # Nova's inspector reads the template once: stock's safety check, whose
+    # reading of the size stock's size check then takes.
+    (template,) = processes.inspected
+    assert os.path.basename(template) in os.listdir(
+        os.path.join(conf_instances(), '_base'))
     assert real.qemu_img_info(disk.path)['virtual-size'] == 64 * MiB
 
 

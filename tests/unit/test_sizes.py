@@ -89,3 +89,21 @@ def test_a_block_device_is_as_long_as_its_end(tmp_path):
         assert sizes.virtual_size(str(link)) == 24 * MiB
     finally:
         subprocess.run(['losetup', '--detach', loop], check=True)
+
+
+def test_a_broken_qcow2_header_is_left_to_qemu_img(tmp_path):
+    # qcow2's magic and nothing a qcow2 header needs: qemu-img says what
+    # is wrong with it, not a size read here.
+    path = tmp_path / 'broken'
+    path.write_bytes(b'QFI\xfb' + bytes(8))
+    assert sizes.virtual_size(str(path)) is None
+
+
+def test_sizes_kept_are_bounded(tmp_path, monkeypatch):
+    monkeypatch.setattr(sizes, 'KEEP', 3)
+    for i in range(5):
+        path = tmp_path / ('d%d' % i)
+        path.write_bytes(bytes(512 * (i + 1)))
+        assert sizes.virtual_size(str(path)) == 512 * (i + 1)
+    kept = [p for p in sizes._known if p.startswith(str(tmp_path))]
+    assert kept == [str(tmp_path / ('d%d' % i)) for i in (2, 3, 4)]

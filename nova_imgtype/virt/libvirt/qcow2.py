@@ -28,17 +28,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from nova import exception as nova_exception
 from nova import utils
-from nova.i18n import _
-from nova.virt import images
 from nova.virt.libvirt import imagebackend
 from nova.virt.libvirt import utils as libvirt_utils
 from oslo_concurrency import processutils
 from oslo_config import cfg
 from oslo_log import log as logging
 from oslo_utils import fileutils
-from oslo_utils.imageutils import format_inspector
 
 from nova_imgtype import compat
 from nova_imgtype.virt.libvirt import sizes
@@ -97,17 +93,10 @@ class Qcow2(imagebackend.Qcow2):
 
         :raises InvalidDiskInfo: the template failed the safety check.
         """
-        inspector = images.get_image_format(base)
-        try:
-            inspector.safety_check()
-        except format_inspector.SafetyCheckFailed as e:
-            LOG.warning('Base image %s failed safety check: %s', base, e)
-            raise nova_exception.InvalidDiskInfo(
-                reason=_('Base image failed safety check')) from e
+        inspector = sizes.checked_template(base)
         fmt = sizes.guest_format(inspector)
         if fmt is None:
             return False
-        imagebackend._update_utime_ignore_eacces(base)
         self.verify_base_size(base, size)
         opts = ['backing_file=%s' % base, 'backing_fmt=%s' % fmt]
         if fmt == 'qcow2':

@@ -11,17 +11,34 @@ through ``qemu-img info``.
 
 A size is not a safety check: the templates' checks (format inspector,
 ``qemu-img info``, backing and data files) stay stock's and are made where
-stock makes them.
+stock makes them. :func:`checked_template` is stock's check of a template
+before a disk is made on it, made once, its inspector's reading of the size
+kept for the size stock asks for next.
 """
 
 from __future__ import annotations
 
-import functools
+import collections
 import os
 import stat
+import threading
 from typing import Any
 
+from nova import exception as nova_exception
+from nova.i18n import _
 from nova.virt import images
+from nova.virt.libvirt import imagebackend
+from oslo_log import log as logging
+from oslo_utils.imageutils import format_inspector
+
+LOG = logging.getLogger(__name__)
+
+#: Sizes of regular files kept, each for one version of its file.
+KEEP = 256
+_known: collections.OrderedDict[str, tuple[tuple[int, ...], int | None]] = \
+    collections.OrderedDict()
+_known_lock = threading.Lock()
+_QCOW2_MAGIC = b'QFI\xfb'
 
 
 def virtual_size(path: str) -> int | None:
@@ -29,10 +46,9 @@ def virtual_size(path: str) -> int | None:
     (a linked template is a block device), or None when it is in another
     format (or none Nova's inspector recognises), for ``qemu-img info``.
 
-    A regular file is read once per version: a template is asked for its
-    size several times per disk (stock's ``verify_base_size``, then
-    ``Image.cache``), and a file that changed has another ``ctime``. A
-    block device, which can grow under the same node, is read each time.
+    A regular file is read once per version (its inode, length and time
+    stamps): a file that changed is read again. A block device, which can
+    grow under the same node, is read each time.
 
     A missing file is None too: stock's ``qemu-img info`` says so in its
     own words (``DiskNotFound``).
@@ -45,20 +61,76 @@ def virtual_size(path: str) -> int | None:
         return None
     if not stat.S_ISREG(st.st_mode):
         return _read(path)
-    return _read_file(path, (st.st_dev, st.st_ino, st.st_size,
-                             st.st_mtime_ns, st.st_ctime_ns))
+    version = _version(st)
+    with _known_lock:
+        known = _known.get(path)
+        if known is not None and known[0] == version:
+            _known.move_to_end(path)
+            return known[1]
+    size = _read(path)
+    _remember(path, version, size)
+    return size
 
 
-@functools.lru_cache(maxsize=256)
-def _read_file(path: str, version: tuple[int, ...]) -> int | None:
-    return _read(path)
+def checked_template(path: str) -> Any:
+    """Stock's safety check of the image template ``path`` before a disk
+    is made on it; the inspector that made it.
+
+    As stock's ``Qcow2.create_image`` (and ``Flat``'s) does: Nova's format
+    inspector reads the template and its ``safety_check()`` refuses a
+    backing file, a data file or unknown qcow2 features; the template's
+    time stamps are then renewed for the image cache manager. The size the
+    inspector read is kept for the file as it is after that, so that the
+    size stock asks for next (``verify_base_size``) reads nothing again.
+
+    :raises InvalidDiskInfo: the template failed the safety check.
+    """
+    inspector = images.get_image_format(path)
+    try:
+        inspector.safety_check()
+    except format_inspector.SafetyCheckFailed as e:
+        LOG.warning('Base image %s failed safety check: %s', path, e)
+        raise nova_exception.InvalidDiskInfo(
+            reason=_('Base image failed safety check')) from e
+    imagebackend._update_utime_ignore_eacces(path)
+    st = os.stat(path)
+    if stat.S_ISREG(st.st_mode):
+        _remember(path, _version(st), _size(path, inspector))
+    return inspector
+
+
+def _version(st: os.stat_result) -> tuple[int, ...]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
+            st.st_ctime_ns)
+
+
+def _remember(path: str, version: tuple[int, ...], size: int | None) -> None:
+    with _known_lock:
+        _known[path] = (version, size)
+        _known.move_to_end(path)
+        while len(_known) > KEEP:
+            _known.popitem(last=False)
 
 
 def _read(path: str) -> int | None:
     try:
-        inspector = images.get_image_format(path)
+        inspector = _qcow2(path) or images.get_image_format(path)
     except Exception:   # noqa: BLE001 - an unrecognised file: qemu-img's
         return None
+    return _size(path, inspector)
+
+
+def _qcow2(path: str) -> Any:
+    """The qcow2 inspector alone for a file with qcow2's magic (its header
+    is all it reads), None for any other: telling every other format apart
+    reads far more, for nothing when the file is an overlay."""
+    with open(path, 'rb') as f:
+        if f.read(len(_QCOW2_MAGIC)) != _QCOW2_MAGIC:
+            return None
+    return format_inspector.QcowInspector.from_file(path)
+
+
+def _size(path: str, inspector: Any) -> int | None:
     fmt = guest_format(inspector)
     if fmt == 'raw':
         # The inspector counts only the bytes it read for a raw file; the

@@ -27,7 +27,6 @@ from nova.virt.libvirt import imagebackend
 from oslo_config import cfg
 from oslo_log import log as logging
 from oslo_utils import strutils
-from oslo_utils.imageutils import format_inspector
 
 from nova_imgtype.virt.libvirt import config
 from nova_imgtype.virt.libvirt import pools as pools_mod
@@ -106,13 +105,9 @@ class LibvirtStorage(imagebackend.Image):
         if not os.path.exists(base):
             prepare_template(*args, target=base, **kwargs)
         if not CONF.workarounds.disable_deep_image_inspection and not safe:
-            try:
-                imagebackend.images.get_image_format(base).safety_check()
-            except format_inspector.SafetyCheckFailed as e:
-                LOG.warning('Base image %s failed safety check: %s', base, e)
-                raise nova_exception.InvalidDiskInfo(
-                    reason=_('Base image failed safety check')) from e
-        imagebackend._update_utime_ignore_eacces(base)
+            sizes.checked_template(base)
+        else:
+            imagebackend._update_utime_ignore_eacces(base)
         self.verify_base_size(base, size)
         if self.exists():
             return
