@@ -4,8 +4,8 @@ N instances of one image (128 MiB qcow2, every byte random data) are
 spawned at once on a host with an empty image cache: each does what
 ``_create_image`` does for its root disk, the driver's
 ``_try_fetch_image_cache`` with stock ``libvirt_utils.fetch_image``, in
-its own green thread (an eventlet ``GreenPool``, as nova-compute runs
-concurrent builds). Wall time is from the first spawn started to the last
+its own native thread (a ``ThreadPoolExecutor``, as Nova 34's
+nova-compute runs concurrent builds). Wall time is from the first spawn started to the last
 root disk made.
 
 - stock: stock Nova's ``LibvirtDriver`` and its Qcow2 backend:
@@ -21,7 +21,7 @@ root disk made.
 Real: the drivers' backends, qemu-img, oslo.concurrency's external locks,
 fsync'd files on the local disk. Fake: the image service (``IMAGE_API.get`` and
 ``download`` serve the image file in glanceclient's 64 KiB chunks, verified by
-glanceclient's sha512 check as they are read, paced to 1 Gbit/s with green
+glanceclient's sha512 check as they are read, paced to 1 Gbit/s with
 sleeps, as a network would be, so that the spawns overlap the download: a real
 endpoint on loopback would deliver it faster than any network, and the point
 here is the overlap) and the driver's libvirt module (no domain is started:
@@ -39,9 +39,9 @@ import subprocess
 import tempfile
 import time
 import uuid
+from concurrent import futures
 from typing import Any
 
-import eventlet
 import nova.conf
 from nova import context as nova_context
 from nova import objects
@@ -113,8 +113,8 @@ class _ImageService:
         for chunk in glance_data.chunks(self.path, self.meta, CHUNK):
             sent += len(chunk)
             # The chunk arrives when the link has carried it; other
-            # green threads run meanwhile.
-            eventlet.sleep(max(0.0, start + sent / RATE
+            # threads run meanwhile.
+            time.sleep(max(0.0, start + sent / RATE
                                - time.monotonic()))
             out.write(chunk)
 
@@ -197,10 +197,10 @@ def _spawns(drv: Any, svc: _ImageService, n: int) -> tuple[float, list]:
                                    filename, svc.image_id, inst, SIZE)
         return disk
 
-    pool = eventlet.GreenPool(n)
-    start = time.perf_counter()
-    disks = list(pool.imap(spawn, insts))
-    return time.perf_counter() - start, disks
+    with futures.ThreadPoolExecutor(n) as pool:
+        start = time.perf_counter()
+        disks = list(pool.map(spawn, insts))
+        return time.perf_counter() - start, disks
 
 
 def _measure(cfg: config_fixture.Config, svc: _ImageService,
@@ -258,7 +258,7 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
     lines = [
         '## Concurrent spawns of one image: downloads and wall time', '',
         'N instances of one %s image (all random data) spawned at once on '
-        'an empty image cache, each in its green thread calling the '
+        'an empty image cache, each in its own thread calling the '
         "driver's `_try_fetch_image_cache` for its root disk (stock "
         '`libvirt_utils.fetch_image`; Qcow2 overlay). Stock: stock Nova\'s '
         "driver (`Image.cache()`'s lock per template, `fetch_to_raw`). "
