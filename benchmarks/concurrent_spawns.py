@@ -5,8 +5,8 @@ spawned at once on a host with an empty image cache: each does what
 ``_create_image`` does for its root disk, the driver's
 ``_try_fetch_image_cache`` with stock ``libvirt_utils.fetch_image``, in
 its own native thread (a ``ThreadPoolExecutor``, as Nova 34's
-nova-compute runs concurrent builds). Wall time is from the first spawn started to the last
-root disk made.
+nova-compute runs concurrent builds). Wall time is from the first spawn
+started to the last root disk made.
 
 - stock: stock Nova's ``LibvirtDriver`` and its Qcow2 backend:
   ``Image.cache()`` takes stock's external lock per template and fetches
