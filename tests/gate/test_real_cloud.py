@@ -23,6 +23,7 @@ import pytest
 from gate import checks
 from gate import timing
 from gate.cloud import layout
+from gate.cloud import up
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -33,6 +34,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
 # times): the project's 900 s per-test limit would stop it.
 @pytest.mark.timeout(2400)
 def test_real_cloud_passes_the_gate():
+    # A cloud left by an earlier, interrupted run is not this run's to judge.
+    before = set(_clouds())
     started = datetime.datetime.now(datetime.UTC).replace(
         microsecond=0)
     proc = subprocess.run(
@@ -68,6 +71,11 @@ def test_real_cloud_passes_the_gate():
         probe = subprocess.run(['ss', '-Hltn', 'src', c.ip],
                                capture_output=True, text=True, check=False)
         assert probe.stdout.strip() == '', probe.stdout
-    assert not [d for d in os.listdir('/tmp')
-                if d.startswith('gate-') and os.path.isdir(
-                    os.path.join('/tmp', d, 'mysql'))]
+    assert set(_clouds()) <= before
+
+
+def _clouds():
+    """The gate clouds' directories under /tmp (:func:`.up.new_base`)."""
+    return [d for d in os.listdir('/tmp')
+            if d.startswith(up.BASE_PREFIX) and os.path.isdir(
+                os.path.join('/tmp', d, 'mysql'))]
