@@ -11,6 +11,7 @@ import os
 import pathlib
 import tempfile
 from collections.abc import Iterator
+from typing import Any
 
 import libvirt
 import pytest
@@ -86,7 +87,8 @@ def ceph_cluster() -> Iterator[ceph.CephCluster]:
 
 class Processes(list):  # type: ignore[type-arg]
     """The commands run through oslo's ``processutils.execute`` (Nova's,
-    os-brick's and the plugin's) between :meth:`start` and the test's end
+    os-brick's and the plugin's) or the plugin's :func:`.spawn.execute`
+    between :meth:`start` and the test's end
     (or :meth:`stop`); ``inspected``: the files Nova's format inspector
     (``images.get_image_format``) read meanwhile."""
 
@@ -98,18 +100,23 @@ class Processes(list):  # type: ignore[type-arg]
     def start(self) -> None:
         from nova.virt import images
         from oslo_concurrency import processutils
-        execute = processutils.execute
+
+        from nova_imgtype.virt.libvirt import spawn
         inspect = images.get_image_format
 
-        def recording(*cmd: object, **kwargs: object) -> object:
-            self.append(' '.join(str(c) for c in cmd))
-            return execute(*cmd, **kwargs)
+        def recorder(execute: Any) -> Any:
+            def recording(*cmd: object, **kwargs: object) -> object:
+                self.append(' '.join(str(c) for c in cmd))
+                return execute(*cmd, **kwargs)
+            return recording
 
         def inspecting(path: str) -> object:
             self.inspected.append(path)
             return inspect(path)
 
-        self._monkeypatch.setattr(processutils, 'execute', recording)
+        for owner in (processutils, spawn):
+            self._monkeypatch.setattr(owner, 'execute',
+                                      recorder(owner.execute))
         self._monkeypatch.setattr(images, 'get_image_format', inspecting)
 
     def stop(self) -> None:

@@ -20,7 +20,8 @@ A new overlay on a raw or qcow2 image template is made with the facts the
 format inspector of stock's own safety check read (:meth:`_overlay_on`),
 and sizes are read in process (:mod:`.sizes`): stock runs ``qemu-img
 info`` (a Python process through oslo's prlimit wrapper) four times for
-what ``qemu-img create`` alone needs.
+what ``qemu-img create`` alone needs, and ``qemu-img create`` itself is
+started without a ``fork()`` of nova-compute (:mod:`.spawn`).
 """
 
 from __future__ import annotations
@@ -31,13 +32,13 @@ from typing import Any
 from nova import utils
 from nova.virt.libvirt import imagebackend
 from nova.virt.libvirt import utils as libvirt_utils
-from oslo_concurrency import processutils
 from oslo_config import cfg
 from oslo_log import log as logging
 from oslo_utils import fileutils
 
 from nova_imgtype import compat
 from nova_imgtype.virt.libvirt import sizes
+from nova_imgtype.virt.libvirt import spawn
 
 LOG = logging.getLogger(__name__)
 CONF = cfg.CONF
@@ -102,8 +103,8 @@ class Qcow2(imagebackend.Qcow2):
         if fmt == 'qcow2':
             opts.append('cluster_size=%d' % (
                 1 << inspector.qemu_header_info['cluster_bits']))
-        cmd = ['env', 'LC_ALL=C', 'LANG=C', 'qemu-img', 'create', '-f',
-               'qcow2', '-o', ','.join(opts), self.path]
+        cmd = ['qemu-img', 'create', '-f', 'qcow2', '-o', ','.join(opts),
+               self.path]
         if size is not None:
             cmd.append(str(size))
 
@@ -111,7 +112,9 @@ class Qcow2(imagebackend.Qcow2):
                             lock_path=self.lock_path)
         def create() -> None:
             with fileutils.remove_path_on_error(self.path):
-                processutils.execute(*cmd)
+                # Stock's command, without forking nova-compute (.spawn).
+                spawn.execute(*cmd, env_variables=dict(
+                    os.environ, LC_ALL='C', LANG='C'))
 
         create()
         return True
