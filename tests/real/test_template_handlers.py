@@ -130,7 +130,12 @@ def test_16_concurrent_builds_download_once(driver, conf,  # noqa: F811
 def test_failed_downloads_leave_the_cache_clean(driver, conf,  # noqa: F811
                                                 serve, tmp_path, kind):
     src = str(tmp_path / 'img.raw')
-    real.make_image(src, 'raw', SIZE)
+    if kind == 'full':
+        # Data to fill the 4 MiB below (zeros would be left as holes).
+        with open(src, 'wb') as f:
+            f.write(os.urandom(SIZE))
+    else:
+        real.make_image(src, 'raw', SIZE)
     svc = serve(ImageService(src, 'raw'))
     base = _base(conf)
     os.makedirs(base)

@@ -252,6 +252,39 @@ def test_the_data_is_hashed_once(glance, cache, tmp_path, monkeypatch):
     assert (cache / 'tmpl').read_bytes() == open(path, 'rb').read()
 
 
+@pytest.mark.parametrize('tail', [0, 3 * 64 * 1024 + 512])
+def test_a_download_leaves_runs_of_zeros_as_holes(glance, cache, tmp_path,
+                                                  tail):
+    # A raw image of data and zeros (ending in zeros, or not; a last chunk
+    # shorter than the others): the template reads back byte for byte, is
+    # its size, and holds only the data's blocks, as a sparse copy would.
+    mib = 1024 * 1024
+    path = tmp_path / 'img.raw'
+    with open(path, 'wb') as f:
+        f.write(os.urandom(mib))
+        f.write(bytes(6 * mib))
+        f.write(os.urandom(mib) + b'x')
+        f.write(bytes(tail))
+    glance.add(str(path), 'raw')
+    target = cache / 'tmpl'
+    downloading.DownloadingTemplateImageHandler().fetch_image(
+        None, IMAGE_ID, str(target))
+    assert target.read_bytes() == path.read_bytes()
+    assert os.path.getsize(target) == os.path.getsize(path)
+    allocated = os.stat(target).st_blocks * 512
+    assert 2 * mib <= allocated <= 2 * mib + 2 * 64 * 1024, allocated
+
+
+def test_a_signature_failure_empties_the_hole_keeping_file(tmp_path):
+    # What Nova's image API does to ``data`` when the signature fails.
+    with open(tmp_path / 'part', 'wb') as f:
+        writer = downloading.HoleKeepingWriter(f)
+        assert writer.write(b'data') == 4
+        assert writer.write(bytes(8192)) == 8192
+        writer.truncate(0)
+    assert (tmp_path / 'part').read_bytes() == b''
+
+
 # -- volume-based-linking -----------------------------------------------------
 
 class FakeCinder:

@@ -22,12 +22,18 @@ Who verifies what, each once:
   the same download.
 * The content: :func:`.inspection.inspect` (Nova's format inspector and
   ``qemu-img info``), as stock.
+
+The file holds the bytes glanceclient verified, with runs of zeros left as
+holes (:class:`HoleKeepingWriter`): a raw image takes in the cache, and in
+the fsync, only what its data takes.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
+from typing import BinaryIO
 
 from nova import exception
 from nova.i18n import _
@@ -68,7 +74,8 @@ class DownloadingTemplateImageHandler(base.BaseTemplateImageHandler):
     def download(context: Any, image_id: str, path: str,
                  trusted_certs: Any = None) -> dict[str, Any]:
         """Stream the image into ``path`` (written, then fsync'd), as
-        glanceclient verified it.
+        glanceclient verified it; runs of zeros are left as holes
+        (:class:`HoleKeepingWriter`).
 
         :returns: the image's metadata.
         :raises ImageUnacceptable: the download failed: cut off, corrupt
@@ -77,8 +84,11 @@ class DownloadingTemplateImageHandler(base.BaseTemplateImageHandler):
         meta: dict[str, Any] = IMAGE_API.get(context, image_id)
         try:
             with open(path, 'wb') as f:
-                IMAGE_API.download(context, image_id, data=f,
+                IMAGE_API.download(context, image_id,
+                                   data=HoleKeepingWriter(f),
                                    trusted_certs=trusted_certs)
+                # The size, where the image ends in a hole.
+                f.truncate()
                 f.flush()
                 os.fsync(f.fileno())
         except OSError as e:
@@ -90,6 +100,43 @@ class DownloadingTemplateImageHandler(base.BaseTemplateImageHandler):
 
     def remove_image(self, path: str) -> None:
         fileutils.delete_if_exists(path)
+
+
+class HoleKeepingWriter:
+    """The file a download is written into, with its holes kept.
+
+    A raw image is mostly zeros (the free space of its file systems), and
+    Glance sends them all; stock writes each one and then fsyncs them,
+    allocating the whole virtual size in the image cache. Here a chunk that
+    is all zeros moves the file's position instead: the file reads back the
+    same bytes (a hole reads as zeros), and only the data is written,
+    allocated and flushed. The caller sets the size at the end
+    (``truncate()`` at the final position), in case the image ends in a
+    hole.
+
+    What Nova's image API calls on ``data``: ``write`` for each chunk, and
+    ``truncate(0)`` when the image's signature does not verify.
+    """
+
+    def __init__(self, f: BinaryIO) -> None:
+        self._f = f
+
+    def write(self, chunk: bytes) -> int:
+        n = len(chunk)
+        if chunk == _zeros(n):
+            self._f.seek(n, os.SEEK_CUR)
+        else:
+            self._f.write(chunk)
+        return n
+
+    def truncate(self, size: int | None = None) -> int:
+        return self._f.truncate(size)
+
+
+@functools.lru_cache(maxsize=4)
+def _zeros(n: int) -> bytes:
+    """``n`` zero bytes, kept for the chunk sizes a download uses."""
+    return bytes(n)
 
 
 def prepare(meta: dict[str, Any], image_id: str, part: str, target: str,
