@@ -10,6 +10,7 @@ storage pools use the real daemon.
 import os
 import uuid
 
+import libvirt
 import nova.conf
 import pytest
 from lxml import etree
@@ -150,6 +151,30 @@ def test_a_volume_from_a_cached_template_runs_no_process(
     assert os.path.basename(template) in os.listdir(
         os.path.join(conf_instances(), '_base'))
     assert real.qemu_img_info(disk.path)['virtual-size'] == 64 * MiB
+
+
+def test_the_cache_pool_is_refreshed_only_for_a_new_template(
+        pool_driver, glance, tmp_path, monkeypatch):  # noqa: F811
+    # A refresh re-reads every template of the image cache: the first disk
+    # of a template needs one (libvirt has not seen the new file), the next
+    # ones do not.
+    refreshed = []
+    refresh = libvirt.virStoragePool.refresh
+
+    def counting(pool, flags=0):
+        refreshed.append(pool.name())
+        return refresh(pool, flags)
+
+    monkeypatch.setattr(libvirt.virStoragePool, 'refresh', counting)
+    image_id = str(uuid.uuid4())
+    src = str(tmp_path / 'img.qcow2')
+    real.make_image(src, 'qcow2', 32 * MiB, compressed=True)
+    glance[image_id] = (src, 'qcow2')
+    _boot_disk(pool_driver, image_id, 'qcow2')
+    assert refreshed == [pools.BASE_POOL]
+    _inst, disk = _boot_disk(pool_driver, image_id, 'qcow2')
+    assert refreshed == [pools.BASE_POOL]
+    assert disk.exists()
 
 
 def test_raw_image_is_copied_into_a_raw_volume(pool_driver, glance,  # noqa

@@ -70,6 +70,13 @@ class PoolSpec:
             ElementTree.SubElement(target, 'path').text = self.target
         return ElementTree.tostring(pool, encoding='unicode')
 
+    def volume_path(self, name: str) -> str:
+        """Where the pool's volume ``name`` is: ``<target>/<name>`` for dir
+        and logical pools, ``<ceph pool>/<name>`` for rbd ones."""
+        if self.target:
+            return os.path.join(self.target, name)
+        return '%s/%s' % (self.source or self.name, name)
+
     def location(self) -> str:
         """What identifies the storage behind the pool, for messages."""
         return ('Ceph pool %s' % self.source if self.type == 'rbd' else
@@ -168,11 +175,7 @@ def pool_target(pool: Pool) -> str:
 def volume_path(pool: Pool, name: str) -> str:
     """Where a volume of the pool is: ``<target>/<name>`` for dir and
     logical pools, ``<ceph pool>/<name>`` for rbd ones."""
-    root = ElementTree.fromstring(pool.XMLDesc(0))
-    target = root.findtext('target/path')
-    if target:
-        return os.path.join(target, name)
-    return '%s/%s' % (root.findtext('source/name') or pool.name(), name)
+    return pool_source(pool).volume_path(name)
 
 
 def pool_source(pool: Pool) -> PoolSpec:

@@ -78,9 +78,12 @@ class LibvirtStorage(imagebackend.Image):
             # allow, by its path in the instance directory.
             self.volume_name = pools_mod.volume_name(
                 instance.uuid, os.path.basename(str(disk_name)))
-        pool = pools.get(self.pool_name)
-        self.pool_type = pools_mod.pool_type(pool)
-        super().__init__(pools_mod.volume_path(pool, self.volume_name),
+        # Looked up and read once: an Image is made for an operation, as
+        # stock's are, and a pool's type and target do not change.
+        self._pool = pools.get(self.pool_name)
+        defined = pools_mod.pool_source(self._pool)
+        self.pool_type = defined.type
+        super().__init__(defined.volume_path(self.volume_name),
                          'volume', volume_format,
                          disk_info_mapping=disk_info_mapping)
         # As stock's file backends: [DEFAULT]preallocate_images = space.
@@ -90,8 +93,7 @@ class LibvirtStorage(imagebackend.Image):
     # -- the Image contract -------------------------------------------------
 
     def _volume(self) -> Any:
-        return self.pools.find_volume(self.pools.get(self.pool_name),
-                                      self.volume_name)
+        return self.pools.find_volume(self._pool, self.volume_name)
 
     def exists(self) -> bool:
         return self._volume() is not None
@@ -111,10 +113,14 @@ class LibvirtStorage(imagebackend.Image):
         self.verify_base_size(base, size)
         if self.exists():
             return
-        # The cache gained a file libvirt has not seen yet.
-        self.pools.refresh(pools_mod.BASE_POOL)
         cache = self.pools.get(pools_mod.BASE_POOL)
-        template = cache.storageVolLookupByName(os.path.basename(base))
+        name = os.path.basename(base)
+        template = self.pools.find_volume(cache, name)
+        if template is None:
+            # The cache gained a file libvirt has not seen yet (a refresh
+            # reads every template's header: only then).
+            cache.refresh(0)
+            template = cache.storageVolLookupByName(name)
         base_format = pools_mod.volume_format(template)
         capacity = max(size or 0, template.info()[1])
         self._make_volume(template, base, base_format, capacity)
@@ -123,8 +129,8 @@ class LibvirtStorage(imagebackend.Image):
                      capacity: int) -> None:
         """Make this disk's volume from the cached ``template`` (the
         volume of ``base`` in the image cache pool)."""
-        disks = self.pools.get(self.pool_name)
-        kind = pools_mod.pool_type(disks)
+        disks = self._pool
+        kind = self.pool_type
         if kind == 'dir' and self.volume_format == 'qcow2':
             self.pools.create_cow(disks, self.volume_name, base,
                                   base_format, capacity)
@@ -143,8 +149,7 @@ class LibvirtStorage(imagebackend.Image):
         Like stock's rbd backend, the local copy is removed once imported:
         the volume is the disk.
         """
-        self.pools.import_file(self.pools.get(self.pool_name),
-                               self.volume_name, local_file)
+        self.pools.import_file(self._pool, self.volume_name, local_file)
         os.unlink(local_file)
 
     def get_disk_size(self, name: str) -> int:

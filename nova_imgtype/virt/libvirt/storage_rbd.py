@@ -48,7 +48,7 @@ class RbdStorage(storage.LibvirtStorage):
                      capacity: int) -> None:
         """An RBD clone of the template's copy in the pool (libvirt's rbd
         ``createXMLFrom`` within a pool is an RBD clone)."""
-        disks = self.pools.get(self.pool_name)
+        disks = self._pool
         template = self._rbd_template(disks, base, base_format)
         self.pools.copy(disks, self.volume_name, template, '', capacity)
 
