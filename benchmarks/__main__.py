@@ -11,6 +11,7 @@ import os
 import platform
 import subprocess
 import sys
+import time
 
 from nova_imgtype import releases
 
@@ -67,7 +68,8 @@ def machine() -> dict[str, str]:
 
 
 def to_markdown(info: dict[str, str], rows: list[dict],
-                measured: dict[str, str] | None = None) -> str:
+                measured: dict[str, str] | None = None,
+                seconds: dict[str, float] | None = None) -> str:
     lines = ['# nova-imgtype benchmarks', '',
              'Machine: ' + ', '.join('%s %s' % kv for kv in info.items()),
              '', 'Reproduce with `make bench` (one benchmark: '
@@ -76,6 +78,10 @@ def to_markdown(info: dict[str, str], rows: list[dict],
     if measured:
         lines += ['Measured: ' + ', '.join(
             '%s %s' % kv for kv in sorted(measured.items())), '']
+    if seconds:
+        lines += ['Seconds each took (module set-up included): ' + ', '.join(
+            '%s %.0f' % kv for kv in sorted(seconds.items())) +
+            '; %.0f in all.' % sum(seconds.values()), '']
     for module, label in BENCHMARKS.values():
         mine = [r for r in rows if r.get('benchmark') == label]
         if mine:
@@ -107,15 +113,21 @@ def main(argv: list[str]) -> int:
     measured.update(previous.get('measured', {}))
     for label in labels:
         measured.pop(label, None)
+    seconds = {label: s for label, s in previous.get('seconds', {}).items()
+               if label in measured}
     for name in BENCHMARKS:
         if name in names:
             module, label = BENCHMARKS[name]
+            start = time.perf_counter()
             rows += module.run()
+            seconds[label] = round(time.perf_counter() - start, 1)
+            sys.stderr.write('bench: %s took %.0f s\n' % (
+                name, seconds[label]))
             measured[label] = info['date']
     with open(os.path.join(results, 'latest.json'), 'w') as f:
-        json.dump({'machine': info, 'measured': measured, 'results': rows},
-                  f, indent=2)
-    md = to_markdown(info, rows, measured)
+        json.dump({'machine': info, 'measured': measured, 'seconds': seconds,
+                   'results': rows}, f, indent=2)
+    md = to_markdown(info, rows, measured, seconds)
     with open(os.path.join(results, 'latest.md'), 'w') as f:
         f.write(md)
     sys.stdout.write(md)
