@@ -15,6 +15,7 @@ import pytest
 from nova_imgtype import exception
 from nova_imgtype.testing import libvirtd as real
 from nova_imgtype.virt.libvirt import remote_storage
+from tests.files import sparse_file
 
 MiB = 1024 * 1024
 
@@ -30,14 +31,6 @@ def remote(libvirt_uri):
     fs = remote_storage.LibvirtRemoteFilesystem(uri_for)
     fs.hosts = hosts
     return fs
-
-
-def _sparse_file(path, size, chunks):
-    with open(path, 'wb') as f:
-        f.truncate(size)
-        for offset, data in chunks:
-            f.seek(offset)
-            f.write(data)
 
 
 def test_directories_and_files(remote, tmp_path):
@@ -70,7 +63,7 @@ def test_no_pool_is_left_behind(remote, libvirt_conn, tmp_path):
 def test_a_sparse_file_is_copied_with_its_holes(remote, tmp_path):
     src = tmp_path / 'src'
     size = 64 * MiB
-    _sparse_file(src, size, [(0, b'head' * 1024),
+    sparse_file(src, size, [(0, b'head' * 1024),
                              (40 * MiB, b'middle' * 100000),
                              (size - 4096, b'z' * 4096)])
     dest_dir = tmp_path / 'dest'
@@ -87,7 +80,7 @@ def test_fill_writes_into_the_empty_file_the_destination_made(remote,
     # A config drive on its way: the destination made an empty file of its
     # size (as it makes every arriving disk); the source's bytes go in.
     src = tmp_path / 'disk.config'
-    _sparse_file(src, 8 * MiB, [(32 * 1024, b'CD001' * 1000),
+    sparse_file(src, 8 * MiB, [(32 * 1024, b'CD001' * 1000),
                                 (6 * MiB, b'data' * 5000)])
     dest_dir = tmp_path / 'dest'
     dest_dir.mkdir()
@@ -134,7 +127,7 @@ def test_into_the_directory_of_a_defined_pool(remote, libvirt_conn,
         "<path>%s</path></target></pool>" % disks, 0)
     try:
         src = tmp_path / 'vol'
-        _sparse_file(src, MiB, [(0, b'data')])
+        sparse_file(src, MiB, [(0, b'data')])
         remote.upload(str(src), 'dest', str(disks / 'uuid_disk'))
         assert 'uuid_disk' in pool.listVolumes()
         assert (disks / 'uuid_disk').read_bytes() == src.read_bytes()
@@ -144,7 +137,7 @@ def test_into_the_directory_of_a_defined_pool(remote, libvirt_conn,
 
 def test_a_failed_copy_leaves_nothing(remote, tmp_path, monkeypatch):
     src = tmp_path / 'src'
-    _sparse_file(src, MiB, [(0, b'data')])
+    sparse_file(src, MiB, [(0, b'data')])
     dest_dir = tmp_path / 'dest'
     dest_dir.mkdir()
 
@@ -160,7 +153,7 @@ def test_a_failed_copy_leaves_nothing(remote, tmp_path, monkeypatch):
 
 def test_a_missing_directory_is_an_error(remote, tmp_path):
     src = tmp_path / 'src'
-    _sparse_file(src, MiB, [(0, b'data')])
+    sparse_file(src, MiB, [(0, b'data')])
     with pytest.raises(libvirt.libvirtError):
         remote.upload(str(src), 'dest', str(tmp_path / 'nowhere' / 'disk'))
 

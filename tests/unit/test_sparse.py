@@ -6,21 +6,14 @@ import os
 import pytest
 
 from nova_imgtype.virt.libvirt import sparse
+from tests.files import sparse_file
 
 MiB = 1024 * 1024
 
 
-def _sparse(path, size, chunks):
-    with open(path, 'wb') as f:
-        f.truncate(size)
-        for offset, data in chunks:
-            f.seek(offset)
-            f.write(data)
-
-
 def test_extents_are_where_the_data_is(tmp_path):
     path = tmp_path / 'f'
-    _sparse(path, 16 * MiB, [(MiB, b'a' * MiB), (8 * MiB, b'b' * MiB)])
+    sparse_file(path, 16 * MiB, [(MiB, b'a' * MiB), (8 * MiB, b'b' * MiB)])
     with open(path, 'rb') as f:
         found = sparse.extents(f.fileno(), 16 * MiB)
     # Filesystems report extents in blocks; each covers its data.
@@ -31,7 +24,7 @@ def test_extents_are_where_the_data_is(tmp_path):
 
 def test_copy_data_copies_what_is_there_and_writes_no_hole(tmp_path):
     src, dst = tmp_path / 'src', tmp_path / 'dst'
-    _sparse(src, 32 * MiB, [(0, b'head'), (20 * MiB, os.urandom(MiB))])
+    sparse_file(src, 32 * MiB, [(0, b'head'), (20 * MiB, os.urandom(MiB))])
     dst.write_bytes(b'')
     os.truncate(dst, 64 * MiB)
     copied = sparse.copy_data(str(src), str(dst))
@@ -44,7 +37,7 @@ def test_copy_data_copies_what_is_there_and_writes_no_hole(tmp_path):
 
 def test_a_file_of_holes_copies_nothing(tmp_path):
     src, dst = tmp_path / 'src', tmp_path / 'dst'
-    _sparse(src, 8 * MiB, [])
+    sparse_file(src, 8 * MiB, [])
     dst.write_bytes(b'')
     os.truncate(dst, 8 * MiB)
     assert sparse.copy_data(str(src), str(dst)) == 0

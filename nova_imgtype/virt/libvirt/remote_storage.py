@@ -39,6 +39,7 @@ from oslo_utils import fileutils
 
 from nova_imgtype import exception
 from nova_imgtype.virt.libvirt import pool_specs
+from nova_imgtype.virt.libvirt import sparse
 
 LOG = logging.getLogger(__name__)
 
@@ -253,21 +254,15 @@ def _write(conn: libvirt.virConnect, vol: libvirt.virStorageVol, src: str,
 
 def _send_sparse(stream: libvirt.virStream, f: Any, size: int,
                  what: str) -> None:
-    """Send the file ``f`` through ``stream``: its data sections as data,
-    its holes as holes (``SEEK_DATA``/``SEEK_HOLE``)."""
+    """Send the file ``f`` through ``stream``: its data extents
+    (:func:`.sparse.extents`) as data, the holes between them as holes."""
     fd = f.fileno()
     offset = 0
     logged = 0.0
-    while offset < size:
-        try:
-            data = os.lseek(fd, offset, os.SEEK_DATA)
-        except OSError:
-            data = size                # only a hole up to the end
-        if data > offset:
-            stream.sendHole(data - offset, 0)
-            offset = data
-            continue
-        end = min(os.lseek(fd, offset, os.SEEK_HOLE), size)
+    for start, end in sparse.extents(fd, size) + [(size, size)]:
+        if start > offset:
+            stream.sendHole(start - offset, 0)
+            offset = start
         os.lseek(fd, offset, os.SEEK_SET)
         while offset < end:
             chunk = os.read(fd, min(libvirt.virStorageVol.streamBufSize,
