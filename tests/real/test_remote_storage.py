@@ -64,8 +64,8 @@ def test_a_sparse_file_is_copied_with_its_holes(remote, tmp_path):
     src = tmp_path / 'src'
     size = 64 * MiB
     sparse_file(src, size, [(0, b'head' * 1024),
-                             (40 * MiB, b'middle' * 100000),
-                             (size - 4096, b'z' * 4096)])
+                            (40 * MiB, b'middle' * 100000),
+                            (size - 4096, b'z' * 4096)])
     dest_dir = tmp_path / 'dest'
     dest_dir.mkdir()
     remote.copy_file(str(src), 'dest:%s' % (dest_dir / 'disk'))
@@ -81,7 +81,7 @@ def test_fill_writes_into_the_empty_file_the_destination_made(remote,
     # size (as it makes every arriving disk); the source's bytes go in.
     src = tmp_path / 'disk.config'
     sparse_file(src, 8 * MiB, [(32 * 1024, b'CD001' * 1000),
-                                (6 * MiB, b'data' * 5000)])
+                               (6 * MiB, b'data' * 5000)])
     dest_dir = tmp_path / 'dest'
     dest_dir.mkdir()
     made = dest_dir / 'uuid_disk.config'
