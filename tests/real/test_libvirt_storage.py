@@ -145,12 +145,21 @@ def test_a_volume_from_a_cached_template_runs_no_process(
     processes.start()
     inst, disk = _boot_disk(pool_driver, image_id, 'qcow2')    # warm
     assert processes == []
-    # Nova's inspector reads the template once: stock's safety check, whose
-    # reading of the size stock's size check then takes.
-    (template,) = processes.inspected
-    assert os.path.basename(template) in os.listdir(
-        os.path.join(conf_instances(), '_base'))
+    # Nova's inspector read the template for the first disk (stock's
+    # safety check, whose reading of the size stock's size check took);
+    # the template has not changed since, so it is not read again.
+    assert processes.inspected == []
     assert real.qemu_img_info(disk.path)['virtual-size'] == 64 * MiB
+    # A template that changed is read again.
+    (template,) = [os.path.join(conf_instances(), '_base', name)
+                   for name in os.listdir(os.path.join(conf_instances(),
+                                                       '_base'))
+                   if not name.startswith('.')]
+    st = os.stat(template)
+    os.utime(template, ns=(st.st_atime_ns, st.st_mtime_ns - 10 ** 9))
+    del processes[:]
+    _boot_disk(pool_driver, image_id, 'qcow2')
+    assert processes == [] and processes.inspected == [template]
 
 
 def test_the_cache_pool_is_refreshed_only_for_a_new_template(
@@ -175,6 +184,36 @@ def test_the_cache_pool_is_refreshed_only_for_a_new_template(
     _inst, disk = _boot_disk(pool_driver, image_id, 'qcow2')
     assert refreshed == [pools.BASE_POOL]
     assert disk.exists()
+
+
+def test_a_warm_disk_asks_libvirt_only_what_it_does_not_know(
+        pool_driver, glance, tmp_path, monkeypatch):  # noqa: F811
+    # A pool's definition is read once, and the volume a disk has just
+    # been made at its size is not looked up again to be grown.
+    calls = []
+
+    def counting(cls, name):
+        real_call = getattr(cls, name)
+
+        def call(obj, *args):
+            calls.append('%s.%s' % (cls.__name__, name))
+            return real_call(obj, *args)
+        monkeypatch.setattr(cls, name, call)
+
+    for cls, name in ((libvirt.virStoragePool, 'XMLDesc'),
+                      (libvirt.virStorageVol, 'resize'),
+                      (libvirt.virStorageVol, 'info')):
+        counting(cls, name)
+    image_id = str(uuid.uuid4())
+    src = str(tmp_path / 'img.qcow2')
+    real.make_image(src, 'qcow2', 32 * MiB, compressed=True)
+    glance[image_id] = (src, 'qcow2')
+    _boot_disk(pool_driver, image_id, 'qcow2')
+    calls.clear()
+    _inst, disk = _boot_disk(pool_driver, image_id, 'qcow2')
+    # The template's capacity, nothing of the pools or the new volume.
+    assert calls == ['virStorageVol.info']
+    assert real.qemu_img_info(disk.path)['virtual-size'] == 64 * MiB
 
 
 def test_raw_image_is_copied_into_a_raw_volume(pool_driver, glance,  # noqa

@@ -34,6 +34,31 @@ def test_default_pools_are_created_started_autostarted(sp, tmp_path):
         pools.DISKS_POOL).UUIDString()
 
 
+def test_a_pool_definition_is_read_once_per_pool(sp, tmp_path, monkeypatch):
+    _, disks = pools.default_specs(str(tmp_path))
+    pool = sp.ensure(disks)
+    read = []
+    real_xml = libvirt.virStoragePool.XMLDesc
+
+    def counting(self, flags=0):
+        read.append(self.name())
+        return real_xml(self, flags)
+
+    monkeypatch.setattr(libvirt.virStoragePool, 'XMLDesc', counting)
+    first = sp.definition(pool)
+    assert sp.definition(sp.get(pools.DISKS_POOL)) is first
+    assert read == [pools.DISKS_POOL]
+    assert (first.type, first.target) == ('dir', disks.target)
+    # Undefined and defined again elsewhere under the same name: another
+    # pool (another UUID), read again.
+    pool.destroy()
+    pool.undefine()
+    moved = pools.PoolSpec(pools.DISKS_POOL, 'dir', str(tmp_path / 'b'))
+    again = sp.definition(sp.ensure(moved))
+    assert again.target == moved.target
+    assert read == [pools.DISKS_POOL] * 2
+
+
 def test_conflicting_pool_is_an_error_not_redefined(sp, conn, tmp_path):
     _, disks = pools.default_specs(str(tmp_path))
     other = pools.PoolSpec(pools.DISKS_POOL, 'dir', str(tmp_path / 'other'))

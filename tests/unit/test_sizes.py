@@ -107,3 +107,85 @@ def test_sizes_kept_are_bounded(tmp_path, monkeypatch):
         assert sizes.virtual_size(str(path)) == 512 * (i + 1)
     kept = [p for p in sizes._known if p.startswith(str(tmp_path))]
     assert kept == [str(tmp_path / ('d%d' % i)) for i in (2, 3, 4)]
+
+
+def _counting_inspections(monkeypatch):
+    from nova.virt import images
+    calls = []
+    real = images.get_image_format
+
+    def counted(path):
+        calls.append(path)
+        return real(path)
+
+    monkeypatch.setattr(images, 'get_image_format', counted)
+    # What Nova's privsep utime does, without a privsep daemon.
+    monkeypatch.setattr(sizes.imagebackend, '_update_utime_ignore_eacces',
+                        lambda path: os.utime(path, None))
+    return calls
+
+
+def test_a_template_is_checked_once_while_it_is_the_same(tmp_path,
+                                                         monkeypatch):
+    calls = _counting_inspections(monkeypatch)
+    base = str(tmp_path / 'base')
+    _qemu_img('create', '-q', '-f', 'qcow2', base, '1G')
+    first = sizes.checked_template(base)
+    again = sizes.checked_template(base)
+    assert calls == [base]
+    assert again is first and str(again) == 'qcow2'
+    # Its size, read by that check, reads nothing either.
+    assert sizes.virtual_size(base) == 1024 * MiB
+    assert calls == [base]
+
+
+def test_a_template_replaced_by_a_bad_one_is_refused(tmp_path, monkeypatch):
+    from nova import exception
+    calls = _counting_inspections(monkeypatch)
+    base = str(tmp_path / 'base')
+    _qemu_img('create', '-q', '-f', 'qcow2', base, '1G')
+    sizes.checked_template(base)
+    # A qcow2 backed by another file, renamed over the checked one (as a
+    # download is put in place): another inode, checked again, refused.
+    bad = str(tmp_path / 'bad')
+    _qemu_img('create', '-q', '-f', 'qcow2', '-F', 'raw', '-b', '/etc/hosts',
+              bad, '1G')
+    os.replace(bad, base)
+    with pytest.raises(exception.InvalidDiskInfo):
+        sizes.checked_template(base)
+    # A failed check is not kept: refused again, read again.
+    with pytest.raises(exception.InvalidDiskInfo):
+        sizes.checked_template(base)
+    assert calls == [base] * 3
+
+
+def test_a_template_rewritten_in_place_is_checked_again(tmp_path,
+                                                        monkeypatch):
+    from nova import exception
+    calls = _counting_inspections(monkeypatch)
+    base = str(tmp_path / 'base')
+    _qemu_img('create', '-q', '-f', 'qcow2', base, '1G')
+    sizes.checked_template(base)
+    st = os.stat(base)
+    # The same inode and length, its header given a backing file (its
+    # modification time set apart from the check's, which a coarse clock
+    # could otherwise give both).
+    _qemu_img('rebase', '-u', '-f', 'qcow2', '-F', 'raw', '-b', '/etc/hosts',
+              base)
+    os.utime(base, ns=(st.st_atime_ns, st.st_mtime_ns - 10 ** 9))
+    assert os.stat(base).st_ino == st.st_ino
+    with pytest.raises(exception.InvalidDiskInfo):
+        sizes.checked_template(base)
+    assert calls == [base, base]
+
+
+def test_a_block_device_template_is_checked_every_time(monkeypatch):
+    calls = _counting_inspections(monkeypatch)
+    # /dev/zero: a character device, not a regular file (a linked
+    # template is a block device): never taken as unchanged. (Its times
+    # are left as they are.)
+    monkeypatch.setattr(sizes.imagebackend, '_update_utime_ignore_eacces',
+                        lambda path: None)
+    for _ in range(2):
+        sizes.checked_template('/dev/zero')
+    assert calls == ['/dev/zero', '/dev/zero']

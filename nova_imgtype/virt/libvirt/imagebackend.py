@@ -93,7 +93,7 @@ class Backend(imagebackend.Backend):
         if self.pools is None:
             return storage.LibvirtStorage
         try:
-            kind = pools_mod.pool_type(self.pools.get(pool))
+            kind = self.pools.definition(self.pools.get(pool)).type
         except exception.StorageException:
             return storage.LibvirtStorage
         return storage_rbd.RbdStorage if kind == 'rbd' else (

@@ -78,6 +78,7 @@ class StoragePools:
 
     def __init__(self, get_connection: Callable[[], Connection]) -> None:
         self._get_connection = get_connection
+        self._definitions: dict[str, PoolSpec] = {}
 
     def _conn(self, pool: str) -> Connection:
         """The connection, to work on ``pool`` (named in the error)."""
@@ -162,6 +163,17 @@ class StoragePools:
         if not pool.isActive():
             raise exception.PoolInactive(pool=name)
         return pool
+
+    def definition(self, pool: Pool) -> PoolSpec:
+        """The pool's definition (:func:`pool_source`), read from libvirt
+        once per pool. A pool is known by its UUID, which the libvirt
+        client holds: a pool undefined and defined again under the same
+        name is another pool, read again."""
+        key = pool.UUIDString()
+        spec = self._definitions.get(key)
+        if spec is None:
+            spec = self._definitions[key] = pool_source(pool)
+        return spec
 
     def refresh(self, name: str) -> None:
         """Make libvirt see files added to the pool's directory by hand."""

@@ -12,8 +12,8 @@ through ``qemu-img info``.
 A size is not a safety check: the templates' checks (format inspector,
 ``qemu-img info``, backing and data files) stay stock's and are made where
 stock makes them. :func:`checked_template` is stock's check of a template
-before a disk is made on it, made once, its inspector's reading of the size
-kept for the size stock asks for next.
+before a disk is made on it, made once per version of the template file,
+its inspector's reading of the size kept for the size stock asks for next.
 """
 
 from __future__ import annotations
@@ -33,10 +33,11 @@ from oslo_utils.imageutils import format_inspector
 
 LOG = logging.getLogger(__name__)
 
-#: Sizes of regular files kept, each for one version of its file.
+#: Sizes of regular files kept, each for one version of its file (with the
+#: inspector that passed its safety check, when it was checked).
 KEEP = 256
-_known: collections.OrderedDict[str, tuple[tuple[int, ...], int | None]] = \
-    collections.OrderedDict()
+_known: collections.OrderedDict[
+    str, tuple[tuple[int, ...], int | None, Any]] = collections.OrderedDict()
 _known_lock = threading.Lock()
 _QCOW2_MAGIC = b'QFI\xfb'
 
@@ -68,7 +69,7 @@ def virtual_size(path: str) -> int | None:
             _known.move_to_end(path)
             return known[1]
     size = _read(path)
-    _remember(path, version, size)
+    _remember(path, version, size, None)
     return size
 
 
@@ -83,20 +84,46 @@ def checked_template(path: str) -> Any:
     inspector read is kept for the file as it is after that, so that the
     size stock asks for next (``verify_base_size``) reads nothing again.
 
+    A regular file that passed is not read again while it is the same
+    version (inode, length, modification and change times, which a write,
+    a rename over it or a change of its times renews): the check reads the
+    file's content, and that content has not changed since it passed. Stock's
+    check too is of the file as it was when read. A block device (a linked
+    template), or a file that changed, is checked again.
+
     :raises InvalidDiskInfo: the template failed the safety check.
     """
-    inspector = images.get_image_format(path)
-    try:
-        inspector.safety_check()
-    except format_inspector.SafetyCheckFailed as e:
-        LOG.warning('Base image %s failed safety check: %s', path, e)
-        raise nova_exception.InvalidDiskInfo(
-            reason=_('Base image failed safety check')) from e
+    inspector = _passed(path)
+    if inspector is None:
+        inspector = images.get_image_format(path)
+        try:
+            inspector.safety_check()
+        except format_inspector.SafetyCheckFailed as e:
+            LOG.warning('Base image %s failed safety check: %s', path, e)
+            raise nova_exception.InvalidDiskInfo(
+                reason=_('Base image failed safety check')) from e
     imagebackend._update_utime_ignore_eacces(path)
     st = os.stat(path)
     if stat.S_ISREG(st.st_mode):
-        _remember(path, _version(st), _size(path, inspector))
+        _remember(path, _version(st), _size(path, inspector), inspector)
     return inspector
+
+
+def _passed(path: str) -> Any:
+    """The inspector that passed the safety check of this version of the
+    regular file ``path``; None when it has not been checked as it is."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    with _known_lock:
+        known = _known.get(path)
+        if known is None or known[0] != _version(st):
+            return None
+        _known.move_to_end(path)
+        return known[2]
 
 
 def _version(st: os.stat_result) -> tuple[int, ...]:
@@ -104,9 +131,10 @@ def _version(st: os.stat_result) -> tuple[int, ...]:
             st.st_ctime_ns)
 
 
-def _remember(path: str, version: tuple[int, ...], size: int | None) -> None:
+def _remember(path: str, version: tuple[int, ...], size: int | None,
+              inspector: Any) -> None:
     with _known_lock:
-        _known[path] = (version, size)
+        _known[path] = (version, size, inspector)
         _known.move_to_end(path)
         while len(_known) > KEEP:
             _known.popitem(last=False)

@@ -78,10 +78,10 @@ class LibvirtStorage(imagebackend.Image):
             # allow, by its path in the instance directory.
             self.volume_name = pools_mod.volume_name(
                 instance.uuid, os.path.basename(str(disk_name)))
-        # Looked up and read once: an Image is made for an operation, as
-        # stock's are, and a pool's type and target do not change.
+        # Looked up once: an Image is made for an operation, as stock's
+        # are; a pool's type and target do not change (read once per pool).
         self._pool = pools.get(self.pool_name)
-        defined = pools_mod.pool_source(self._pool)
+        defined = pools.definition(self._pool)
         self.pool_type = defined.type
         super().__init__(defined.volume_path(self.volume_name),
                          'volume', volume_format,
@@ -89,6 +89,8 @@ class LibvirtStorage(imagebackend.Image):
         # As stock's file backends: [DEFAULT]preallocate_images = space.
         self.preallocate = (
             strutils.to_slug(CONF.preallocate_images) == 'space')
+        # The capacity this object made the volume with, if it made it.
+        self._made_capacity: int | None = None
 
     # -- the Image contract -------------------------------------------------
 
@@ -141,6 +143,7 @@ class LibvirtStorage(imagebackend.Image):
                             self.volume_format if kind == 'dir' else '',
                             capacity,
                             preallocate=self.preallocate or kind == 'logical')
+        self._made_capacity = capacity
 
     def import_file(self, instance: Any, local_file: str,
                     remote_name: str) -> None:
@@ -162,6 +165,11 @@ class LibvirtStorage(imagebackend.Image):
         return size
 
     def resize_image(self, size: int) -> None:
+        """Grow the volume to ``size``; nothing to ask libvirt when this
+        object has just made it that large (as ``create_image`` does, from
+        the size stock then asks for)."""
+        if self._made_capacity is not None and self._made_capacity >= size:
+            return
         vol = self._volume()
         if vol is not None and vol.info()[1] < size:
             vol.resize(size, 0)
