@@ -53,6 +53,35 @@ def test_a_row_over_its_target_is_not_met() -> None:
     assert md.count('**over**') == 3 and 'Not all met' in md
 
 
+def test_the_drivers_runs_are_interleaved_evenly() -> None:
+    # Each driver its RUNS runs, the first the plugin's (the computes run
+    # it when the timing starts); a drift linear in time weighs on both
+    # nearly alike (their positions add up within one of each other: an
+    # odd number of runs cannot do better), and there are few restarts.
+    order = timing.ORDER
+    assert order[0] == 'plugin'
+    positions = {label: [i for i, o in enumerate(order) if o == label]
+                 for label in ('plugin', 'stock')}
+    assert [len(p) for p in positions.values()] == [timing.RUNS] * 2
+    assert abs(sum(positions['plugin']) - sum(positions['stock'])) <= 1
+    switches = sum(a != b for a, b in zip(order, order[1:], strict=False))
+    assert switches <= timing.RUNS
+
+
+def test_runs_are_merged_in_the_order_they_were_made() -> None:
+    first = _times([10.0], [4.0, 4.1], [8.0])
+    second = _times([11.0], [3.9, 4.2], [7.0])
+    first['runs'] = second['runs'] = 1
+    merged = timing.merge([first, second])
+    assert merged['runs'] == 2 and merged['size'] == timing.SIZE
+    qcow2 = merged['times']['compute1']['qcow2']
+    assert qcow2 == {'cold': [10.0, 11.0], 'warm': [4.0, 4.1, 3.9, 4.2]}
+    # The runs merged are left as they were.
+    assert first['times']['compute1']['qcow2']['cold'] == [10.0]
+    with pytest.raises(ValueError):
+        timing.merge([])
+
+
 def test_latest_md_has_the_times(tmp_path: pathlib.Path) -> None:
     run = {'label': 'l', 'tests': {
         'tempest.api.T.test_a': {'status': 'passed', 'duration': 1.0}}}
