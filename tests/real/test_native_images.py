@@ -320,3 +320,32 @@ def test_an_unsafe_cached_template_is_refused_as_stock_refuses_it(
         _make_root_disk(drv, inst, image_id)
     assert not os.path.exists(libvirt_utils.get_instance_path(inst) +
                               '/disk')
+
+
+@pytest.mark.parametrize('fmt', ['raw', 'qcow2'])
+def test_a_flat_disk_from_a_cached_template_reads_its_sizes_here(
+        driver, glance, tmp_path, processes, fmt):
+    # Stock's Flat asks qemu-img info for the template's size twice
+    # (verify_base_size, Image.cache); both are read in this process. The
+    # rest is stock's: its copy, its resize (disk.extend) and the disk's
+    # format (correct_format), and its disk is the same.
+    image_id = str(uuid.uuid4())
+    src = str(tmp_path / ('img.' + fmt))
+    real.make_image(src, fmt, 32 * MiB)
+    glance[image_id] = (src, fmt)
+    drv = driver(images_type='flat', images_type_mapping='')
+    insts = [_instance(drv._resolver.decide(fmt), image_id, fmt)
+             for _ in range(2)]
+    for inst in insts:
+        # As the driver's _create_image makes it before the disks.
+        os.makedirs(libvirt_utils.get_instance_path(inst))
+    _make_root_disk(drv, insts[0], image_id)
+    processes.start()
+    disk = _make_root_disk(drv, insts[1], image_id)
+    processes.stop()
+    (template,) = _cache_files()
+    assert [r for r in processes if 'qemu-img info' in r]
+    assert not [r for r in processes
+                if 'qemu-img info' in r and template in r], processes
+    info = real.qemu_img_info(disk.path)
+    assert (info['format'], info['virtual-size']) == ('raw', 64 * MiB)

@@ -16,19 +16,23 @@ from nova_imgtype.virt.libvirt import imagebackend
 from nova_imgtype.virt.libvirt import mapping
 from nova_imgtype.virt.libvirt import qcow2
 from nova_imgtype.virt.libvirt import resolver as resolver_mod
+from nova_imgtype.virt.libvirt import sizes
 
 CONF = nova.conf.CONF
 objects.register_all()
 
 
 def test_stock_backends_resolve_to_novas_classes():
-    # Flat: stock's, copying a linked template as data (see flat.py).
+    # Flat: stock's, copying a linked template as data (see flat.py);
+    # both read sizes in process (sizes.InProcessSizes).
     assert backends.get_class('raw') is flat.Flat
     assert backends.get_class('flat') is flat.Flat
-    assert flat.Flat.__bases__ == (nova_imagebackend.Flat,)
+    assert flat.Flat.__bases__ == (sizes.InProcessSizes,
+                                   nova_imagebackend.Flat)
     # Qcow2: stock's, not misreading swap_1 as a legacy backing (qcow2.py).
     assert backends.get_class('qcow2') is qcow2.Qcow2
-    assert qcow2.Qcow2.__bases__ == (nova_imagebackend.Qcow2,)
+    assert qcow2.Qcow2.__bases__ == (sizes.InProcessSizes,
+                                     nova_imagebackend.Qcow2)
     assert backends.get_class('lvm') is nova_imagebackend.Lvm
     assert backends.get_class('rbd') is nova_imagebackend.Rbd
     assert backends.get_class('ploop') is nova_imagebackend.Ploop

@@ -63,22 +63,28 @@ def _our_classes() -> list[type]:
 def _overrides() -> list[tuple[str, Any, Any, str]]:
     """``(name, our function, stock attribute, stock qualname)`` of every
     override; the qualname as ``compat.READS`` spells it."""
-    result = []
-    for cls in _our_classes():
+    result = {}
+    classes = _our_classes()
+    for cls in classes:
         stock = [b for b in cls.__mro__[1:] if b.__module__.startswith(
             'nova.')]
-        for name, ours in vars(cls).items():
-            if not inspect.isfunction(ours) or name.startswith('__') and \
-                    name != '__init__':
-                continue
-            for base in stock:
-                if name in vars(base):
-                    result.append((
-                        '%s.%s' % (cls.__qualname__, name), ours,
-                        vars(base)[name], '%s:%s.%s' % (
-                            base.__module__, base.__qualname__, name)))
-                    break
-    return result
+        # The class's own methods and those of our mixins it takes
+        # (sizes.InProcessSizes), which override stock's through it.
+        mine = [b for b in cls.__mro__ if b.__module__.startswith(
+            'nova_imgtype.') and (b is cls or b not in classes)]
+        for owner in mine:
+            for name, ours in vars(owner).items():
+                if not inspect.isfunction(ours) or name.startswith('__') \
+                        and name != '__init__':
+                    continue
+                for base in stock:
+                    if name in vars(base):
+                        key = '%s.%s' % (owner.__qualname__, name)
+                        result.setdefault((key, id(base)), (
+                            key, ours, vars(base)[name], '%s:%s.%s' % (
+                                base.__module__, base.__qualname__, name)))
+                        break
+    return list(result.values())
 
 
 def missing_reads(reads: dict[str, tuple[str, ...]]) -> list[str]:

@@ -8,7 +8,9 @@ resize growing the image volume itself. This subclass copies the data of a
 linked template (``qemu-img convert``, sparse, in the template's own format)
 into the instance's own file; every other template goes stock's way, which
 then finds the disk made and goes on (``verify_base_size``,
-``correct_format``; ``Image.cache`` resizes it).
+``correct_format``; ``Image.cache`` resizes it). The sizes stock asks of
+the template are read in this process (:mod:`.sizes`), as the Qcow2
+backend's are.
 """
 
 from __future__ import annotations
@@ -23,11 +25,12 @@ from oslo_log import log as logging
 from oslo_utils import fileutils
 
 from nova_imgtype import compat
+from nova_imgtype.virt.libvirt import sizes
 
 LOG = logging.getLogger(__name__)
 
 
-class Flat(imagebackend.Flat):
+class Flat(sizes.InProcessSizes, imagebackend.Flat):
     """A raw (or as-is) copy of the template in the instance directory."""
 
     #: Formats used without conversion when this backend is mapped.
@@ -67,4 +70,3 @@ class Flat(imagebackend.Flat):
                 images.convert_image(base, self.path, fmt, fmt)
 
         copy()
-

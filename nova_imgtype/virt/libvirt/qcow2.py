@@ -44,7 +44,7 @@ LOG = logging.getLogger(__name__)
 CONF = cfg.CONF
 
 
-class Qcow2(imagebackend.Qcow2):
+class Qcow2(sizes.InProcessSizes, imagebackend.Qcow2):
     """A qcow2 overlay in the instance directory on a template in _base."""
 
     #: Formats used without conversion when this backend is mapped.
@@ -118,17 +118,6 @@ class Qcow2(imagebackend.Qcow2):
 
         create()
         return True
-
-    def get_disk_size(self, *args: Any, **kwargs: Any) -> int:
-        """The virtual size of a raw or qcow2 file read in this process
-        (:mod:`.sizes`); stock's ``qemu-img info`` for any other."""
-        name: str = compat.called(
-            'nova.virt.libvirt.imagebackend:Image.get_disk_size', self, args,
-            kwargs)['name']
-        size = sizes.virtual_size(name)
-        if size is None:
-            return int(super().get_disk_size(*args, **kwargs))
-        return size
 
     def resize_image(self, *args: Any, **kwargs: Any) -> None:
         """Stock's resize, unless the overlay is as large already (as it is

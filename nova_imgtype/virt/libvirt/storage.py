@@ -40,7 +40,7 @@ VOLUME_FORMATS = {'qcow2': 'qcow2', 'raw': 'raw', 'flat': 'raw',
                   'lvm': 'raw', 'rbd': 'raw'}
 
 
-class LibvirtStorage(imagebackend.Image):
+class LibvirtStorage(sizes.InProcessSizes, imagebackend.Image):
     """A disk on a libvirt storage volume.
 
     :param pools: the host's :class:`~.pools.StoragePools`.
@@ -154,15 +154,6 @@ class LibvirtStorage(imagebackend.Image):
         """
         self.pools.import_file(self._pool, self.volume_name, local_file)
         os.unlink(local_file)
-
-    def get_disk_size(self, name: str) -> int:
-        """The virtual size of a template or disk file: read in this
-        process for raw and qcow2 (:mod:`.sizes`), stock's ``qemu-img
-        info`` otherwise."""
-        size = sizes.virtual_size(name)
-        if size is None:
-            return int(super().get_disk_size(name))
-        return size
 
     def resize_image(self, size: int) -> None:
         """Grow the volume to ``size``; nothing to ask libvirt when this
