@@ -91,7 +91,7 @@ bench: venv
 
 pep8: venv
 	$(VENV)/bin/ruff check nova_imgtype nova tests benchmarks gate
-	$(VENV)/bin/mypy nova_imgtype gate
+	$(VENV)/bin/mypy nova_imgtype gate benchmarks
 
 genconfig: venv
 	$(VENV)/bin/oslo-config-generator --config-file etc/oslo-config-generator/nova-imgtype.conf

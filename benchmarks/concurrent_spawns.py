@@ -153,8 +153,8 @@ def run() -> list[dict[str, Any]]:
         _image(image)
         svc = _ImageService(image)
         for api in apis:
-            api.get = svc.get  # type: ignore[method-assign]
-            api.download = svc.download  # type: ignore[method-assign]
+            api.get = svc.get
+            api.download = svc.download
         return _measure(cfg, svc, instances)
     finally:
         privsep.cleanUp()

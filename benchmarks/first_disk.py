@@ -270,7 +270,12 @@ class _Bench:
                 drv = imgtype_driver.LibvirtDriver(fake.FakeVirtAPI(), False)
                 drv._pools = drv.image_backend.pools = self.storage
                 if method == LINKING:
-                    drv._template_handler.volume_api = self.cinder
+                    handler = drv._template_handler
+                    assert isinstance(
+                        handler,
+                        volume_linking.VolumeLinkingTemplateImageHandler)
+                    # The fake of Cinder's attachment API (no real Cinder).
+                    handler.volume_api = self.cinder  # type: ignore[assignment]
             self.drivers[method] = drv
         self.linker = self.drivers[LINKING]._template_handler
         # A request's context, with a token for the image endpoint (which

@@ -50,7 +50,8 @@ class _Steps:
     """Time spent per step while recording."""
 
     def __init__(self) -> None:
-        self.ms: collections.Counter[str] = collections.Counter()
+        self.ms: collections.defaultdict[str, float] = (
+            collections.defaultdict(float))
         self.calls: collections.Counter[str] = collections.Counter()
         self.depth = 0
 

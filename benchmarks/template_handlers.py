@@ -135,8 +135,8 @@ def _measure(size: int, data: int, image: str,
              instances: str) -> list[dict[str, Any]]:
     svc = _ImageService(image)
     for module in (downloading, volume_linking):
-        module.IMAGE_API.get = svc.get  # type: ignore[method-assign]
-    downloading.IMAGE_API.download = (  # type: ignore[method-assign]
+        module.IMAGE_API.get = svc.get
+    downloading.IMAGE_API.download = (
         svc.download)
     cinder = fakes.Cinder(image)
     handlers = {name: template_handlers.load(name) for name in HANDLERS}
