@@ -24,6 +24,10 @@ from typing import Any
 
 from gate.cloud.layout import Layout
 
+# /proc as the real tier's daemons read it (pids, mount namespaces).
+from nova_imgtype.testing.procs import all_pids as all_pids
+from nova_imgtype.testing.procs import mnt_ns as mnt_ns
+
 _T0 = time.monotonic()
 _print_lock = threading.Lock()
 # Commands run to completion right now (killed when ``up`` fails).
@@ -204,17 +208,6 @@ def http_answers(url: str) -> bool:
             return int(r.status) < 500
     except urllib.error.HTTPError as e:
         return e.code < 500
-
-
-def mnt_ns(pid: int) -> str | None:
-    try:
-        return os.readlink('/proc/%d/ns/mnt' % pid)
-    except OSError:
-        return None
-
-
-def all_pids() -> list[int]:
-    return [int(p) for p in os.listdir('/proc') if p.isdigit()]
 
 
 def cmdline(pid: int) -> bytes:

@@ -37,7 +37,7 @@ from typing import Any
 from xml.sax.saxutils import escape
 from xml.sax.saxutils import quoteattr
 
-from nova_imgtype.testing import libvirtd as fixtures
+from nova_imgtype.testing import procs
 
 StrPath = str | os.PathLike[str]
 
@@ -224,11 +224,10 @@ class CephCluster:
                 proc.kill()
         for proc in self.procs.values():
             _wait(proc, 10.0)
-        leftovers = [p for p in fixtures._all_pids()
-                     if p != os.getpid() and
-                     fixtures._runs_for(p, self.base)]
+        leftovers = [p for p in procs.all_pids()
+                     if p != os.getpid() and procs.runs_for(p, self.base)]
         for pid in leftovers:
-            fixtures._signal(pid, signal.SIGKILL)
+            procs.signal_pid(pid, signal.SIGKILL)
         shutil.rmtree(self.base, ignore_errors=True)
 
 
@@ -328,8 +327,8 @@ def _remove_stale_bases() -> None:
         if os.geteuid() != 0 and st.st_uid != os.geteuid():
             continue
         pidfiles = glob.glob(os.path.join(base, _PIDS, '*'))
-        pids = [fixtures._read_pid(p) for p in pidfiles]
-        if any(p and fixtures._runs_for(p, base) for p in pids):
+        pids = [procs.read_pid(p) for p in pidfiles]
+        if any(p and procs.runs_for(p, base) for p in pids):
             continue
         if pidfiles or time.time() - st.st_mtime > STALE_AFTER:
             shutil.rmtree(base, ignore_errors=True)
@@ -381,8 +380,7 @@ class _Starter:
                 start_new_session=True,
                 preexec_fn=_die_with_parent(os.getpid()))
         c.procs[name] = proc
-        fixtures._write(os.path.join(c.base, _PIDS, name),
-                        '%d\n' % proc.pid)
+        procs.write(os.path.join(c.base, _PIDS, name), '%d\n' % proc.pid)
 
     def ceph(self, *args: str) -> str:
         c = self.cluster
@@ -454,7 +452,7 @@ def start_ceph(pool: str = DEFAULT_POOL, timeout: float = STARTUP_TIMEOUT,
             base=base, conf=os.path.join(base, 'ceph.conf'),
             mon_host=MON_HOST, mon_port=_free_port(MON_HOST),
             fsid=str(uuid.uuid4()), pool=pool)
-        fixtures._write(cluster.conf, _CONF.format(
+        procs.write(cluster.conf, _CONF.format(
             fsid=cluster.fsid, host=cluster.mon_host,
             port=cluster.mon_port, base=base,
             memstore_bytes=MEMSTORE_BYTES, pg_num=PG_NUM))
