@@ -59,7 +59,7 @@ GiB = 1024 ** 3
 RUNS = 3
 #: Live block migrations per side (their spread is wider), the side that
 #: goes first alternating.
-LIVE_RUNS = 7
+LIVE_RUNS = 11
 SSH_ADDRESS = '127.0.0.41'
 LIBVIRT_ADDRESS = '127.0.0.42'
 #: The source host of the live migrations (the destination's is above).
