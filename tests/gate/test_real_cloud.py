@@ -68,6 +68,16 @@ def test_real_cloud_passes_the_gate():
     boots = {'cold': timing.RUNS, 'warm': timing.RUNS * timing.WARM_BOOTS}
     assert all(len(r['stock']) == len(r['plugin']) == boots[r['state']]
                and min(r['stock'] + r['plugin']) > 0 for r in rows)
+    # nova-compute's own build time of every one of those boots was found
+    # in its log, and is part of the boot.
+    assert all(len(r[side + '_compute']) == len(r[side])
+               and r[side + '_compute_median'] < r[side + '_median']
+               for r in rows for side in ('stock', 'plugin'))
+    # The cold qcow2's 0.7x is the target only where the plugin maps qcow2.
+    assert {r['host']: r['target'] for r in rows
+            if (r['format'], r['state']) == ('qcow2', 'cold')} == {
+        c.host: 0.7 if 'qcow2:' in c.mapping else 1.0
+        for c in layout.COMPUTES}
     # Everything it started is gone: no compute's sshd or libvirtd answers.
     for c in layout.COMPUTES:
         probe = subprocess.run(['ss', '-Hltn', 'src', c.ip],
