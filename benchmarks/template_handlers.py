@@ -136,8 +136,7 @@ def _measure(size: int, data: int, image: str,
     svc = _ImageService(image)
     for module in (downloading, volume_linking):
         module.IMAGE_API.get = svc.get
-    downloading.IMAGE_API.download = (
-        svc.download)
+    downloading.IMAGE_API.download = svc.download
     cinder = fakes.Cinder(image)
     handlers = {name: template_handlers.load(name) for name in HANDLERS}
     handlers['volume-based-linking'].volume_api = cinder  # type: ignore

@@ -195,7 +195,7 @@ def measure(cloud_path: str, label: str, runs: int = RUNS) -> dict[str, Any]:
     compute: dict[str, dict[str, dict[str, list[float]]]] = {}
     for c in cloud['computes']:
         host = c['host']
-        booted: dict[str, list[tuple[str, str]]] = {}
+        booted: list[tuple[str, str, str]] = []    # format, state, id
         for fmt in FORMATS:
             got = times.setdefault(host, {}).setdefault(
                 fmt, {state: [] for state in STATES})
@@ -214,21 +214,18 @@ def measure(cloud_path: str, label: str, runs: int = RUNS) -> dict[str, Any]:
                         finally:
                             _gone(conn, servers)
                         got[state].append(seconds)
-                        booted.setdefault(fmt, []).append(
-                            (state, servers[0]))
+                        booted.append((fmt, state, servers[0]))
                         made.append('%s %.2fs' % (state, seconds))
                 finally:
                     conn.image.delete_image(img.id, ignore_missing=True)
                 print('[timing] %s %s %s: %s' % (
                     label, host, fmt, ', '.join(made)), flush=True)
-        built = build_seconds(
-            c.get('log'), [s for b in booted.values() for _, s in b])
-        for fmt, boots in booted.items():
-            rows = compute.setdefault(host, {}).setdefault(
-                fmt, {state: [] for state in STATES})
-            for state, server_id in boots:
-                if server_id in built:
-                    rows[state].append(built[server_id])
+        built = build_seconds(c.get('log'), [s for _, _, s in booted])
+        for fmt, state, server_id in booted:
+            if server_id in built:
+                compute.setdefault(host, {}).setdefault(
+                    fmt, {s: [] for s in STATES})[state].append(
+                        built[server_id])
     out = {'label': label, 'size': SIZE, 'runs': runs,
            'drivers': {c['host']: c.get('driver') for c in cloud['computes']},
            'images_types': {c['host']: c.get('images_type')

@@ -26,6 +26,7 @@ from gate.cloud.layout import Layout
 
 # /proc as the real tier's daemons read it (pids, mount namespaces).
 from nova_imgtype.testing.procs import all_pids as all_pids
+from nova_imgtype.testing.procs import cmdline as cmdline
 from nova_imgtype.testing.procs import mnt_ns as mnt_ns
 
 _T0 = time.monotonic()
@@ -208,14 +209,6 @@ def http_answers(url: str) -> bool:
             return int(r.status) < 500
     except urllib.error.HTTPError as e:
         return e.code < 500
-
-
-def cmdline(pid: int) -> bytes:
-    try:
-        with open('/proc/%d/cmdline' % pid, 'rb') as f:
-            return f.read()
-    except OSError:
-        return b''
 
 
 def terminate(pids: Iterable[int], grace: float = 10.0,

@@ -163,13 +163,15 @@ def popen(base: str, cmd: list[str], out_path: str,
     return proc
 
 
+def cmdline(pid: int) -> bytes:
+    """The command line of ``pid``, NUL-separated (empty when gone)."""
+    try:
+        with open('/proc/%d/cmdline' % pid, 'rb') as f:
+            return f.read()
+    except OSError:
+        return b''
+
+
 def runs_for(pid: int, base: str) -> bool:
     """Whether ``pid`` is a live (not zombie) process run for ``base``."""
-    try:
-        with open('/proc/%d/stat' % pid) as f:
-            if f.read().rsplit(')', 1)[1].split()[0] in ('Z', 'X'):
-                return False
-        with open('/proc/%d/cmdline' % pid, 'rb') as f:
-            return os.fsencode(base + '/') in f.read()
-    except (OSError, IndexError):
-        return False
+    return comm(pid) is not None and os.fsencode(base + '/') in cmdline(pid)
