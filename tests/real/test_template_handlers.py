@@ -161,6 +161,48 @@ def test_failed_downloads_leave_the_cache_clean(driver, conf,  # noqa: F811
             subprocess.run(['umount', base], check=True)
 
 
+def test_a_converted_template_is_flushed_by_qemu_img(
+        conf, serve, tmp_path, monkeypatch):  # noqa: F811
+    """Issue 15: the handler does not fsync a download it converts
+    (``downloading.prepare``); the template is qemu-img's output, flushed
+    by qemu-img itself as it closes it. This watches, with strace, the real
+    ``qemu-img convert`` that Nova's ``convert_image`` runs (with the cache
+    mode Nova picks for this file system) flush the file that becomes the
+    template, so that a qemu-img which stopped doing so shows up here."""
+    from nova.privsep import qemu as privsep_qemu
+    from oslo_concurrency import processutils
+
+    src = str(tmp_path / 'img.qcow2')
+    real.make_image(src, 'qcow2', SIZE, compressed=True)
+    svc = serve(ImageService(src, 'qcow2'))
+    conf.config(force_raw_images=True)
+    base = tmp_path / '_base'
+    base.mkdir()
+    trace = str(tmp_path / 'trace')
+    execute = processutils.execute
+    converts = []
+
+    def traced(*cmd, **kwargs):
+        if cmd[:2] == ('qemu-img', 'convert'):
+            converts.append(cmd)
+            cmd = ('strace', '-f', '-y', '-e', 'trace=fsync,fdatasync',
+                   '-o', trace) + cmd
+        return execute(*cmd, **kwargs)
+
+    monkeypatch.setattr(privsep_qemu.processutils, 'execute', traced)
+    target = str(base / 'tmpl')
+    downloading.DownloadingTemplateImageHandler().fetch_image(
+        None, svc.image_id, target)
+
+    assert len(converts) == 1
+    assert real.qemu_img_info(target)['format'] == 'raw'
+    with open(trace) as f:
+        flushed = [line for line in f
+                   if '<%s.converted>) = 0' % target in line]
+    assert flushed, 'qemu-img convert did not flush %s.converted' % target
+    assert os.listdir(base) == ['tmpl']
+
+
 def test_linked_template_backs_the_disk_without_a_copy(
         driver, conf, serve, tmp_path, brick_in_process):  # noqa: F811
     # The attached volume holds the image as Glance's cinder store wrote

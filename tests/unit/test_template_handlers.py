@@ -275,6 +275,63 @@ def test_a_download_leaves_runs_of_zeros_as_holes(glance, cache, tmp_path,
     assert 2 * mib <= allocated <= 2 * mib + 2 * 64 * 1024, allocated
 
 
+@pytest.fixture
+def fsyncs(monkeypatch):
+    """The files this process fsyncs, with whether the template existed
+    then."""
+    synced = []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        path = os.readlink('/proc/self/fd/%d' % fd)
+        synced.append((os.path.basename(path),
+                       sorted(os.listdir(os.path.dirname(path)))))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, 'fsync', fsync)
+    return synced
+
+
+def test_a_kept_download_is_synced_before_it_is_the_template(
+        glance, cache, tmp_path, fsyncs):
+    glance.add(_qcow2(tmp_path), 'qcow2')
+    downloading.DownloadingTemplateImageHandler().fetch_image(
+        None, IMAGE_ID, str(cache / 'tmpl'), 'qcow2')
+    assert fsyncs == [('tmpl.part', ['tmpl.part'])]
+    assert os.listdir(cache) == ['tmpl']
+
+
+def test_a_converted_download_is_not_synced(conf, glance, cache, tmp_path,
+                                            fsyncs):
+    # Issue 15: it is read back from the page cache by the conversion and
+    # deleted; the template is qemu-img's output, which qemu-img flushes
+    # (tests/real/test_template_handlers.py). Stock syncs it for nothing.
+    conf.config(force_raw_images=True)
+    glance.add(_qcow2(tmp_path), 'qcow2')
+    downloading.DownloadingTemplateImageHandler().fetch_image(
+        None, IMAGE_ID, str(cache / 'tmpl'))
+    assert fsyncs == []
+    assert images.qemu_img_info(str(cache / 'tmpl')).file_format == 'raw'
+    assert os.listdir(cache) == ['tmpl']
+
+
+def test_a_failed_sync_leaves_the_cache_clean(glance, cache, tmp_path,
+                                              monkeypatch):
+    # A full disk found only as the data is written back.
+    glance.add(_qcow2(tmp_path), 'qcow2')
+
+    def enospc(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, 'fsync', enospc)
+    with pytest.raises(exception.ImageUnacceptable,
+                       match='could not write the image into .*tmpl.part: '
+                             '.*No space left'):
+        downloading.DownloadingTemplateImageHandler().fetch_image(
+            None, IMAGE_ID, str(cache / 'tmpl'), 'qcow2')
+    assert os.listdir(cache) == []
+
+
 def test_a_signature_failure_empties_the_hole_keeping_file(tmp_path):
     # What Nova's image API does to ``data`` when the signature fails.
     with open(tmp_path / 'part', 'wb') as f:
