@@ -95,8 +95,8 @@ def checked_template(path: str) -> Any:
 
     :raises InvalidDiskInfo: the template failed the safety check.
     """
-    inspector = _passed(path)
-    if inspector is None:
+    passed = _passed(path)
+    if passed is None:
         inspector = images.get_image_format(path)
         try:
             inspector.safety_check()
@@ -104,16 +104,22 @@ def checked_template(path: str) -> Any:
             LOG.warning('Base image %s failed safety check: %s', path, e)
             raise nova_exception.InvalidDiskInfo(
                 reason=_('Base image failed safety check')) from e
+    else:
+        size, inspector = passed
     imagebackend._update_utime_ignore_eacces(path)
     st = os.stat(path)
     if stat.S_ISREG(st.st_mode):
-        _remember(path, _version(st), _size(path, inspector), inspector)
+        if passed is None:
+            size = _size(path, inspector)
+        # The same content under the new time stamps.
+        _remember(path, _version(st), size, inspector)
     return inspector
 
 
-def _passed(path: str) -> Any:
-    """The inspector that passed the safety check of this version of the
-    regular file ``path``; None when it has not been checked as it is."""
+def _passed(path: str) -> tuple[int | None, Any] | None:
+    """The size and the inspector that passed the safety check of this
+    version of the regular file ``path``; None when it has not been
+    checked as it is."""
     try:
         st = os.stat(path)
     except OSError:
@@ -122,10 +128,10 @@ def _passed(path: str) -> Any:
         return None
     with _known_lock:
         known = _known.get(path)
-        if known is None or known[0] != _version(st):
+        if known is None or known[0] != _version(st) or known[2] is None:
             return None
         _known.move_to_end(path)
-        return known[2]
+        return known[1], known[2]
 
 
 def _version(st: os.stat_result) -> tuple[int, ...]:
