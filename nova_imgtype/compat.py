@@ -91,7 +91,7 @@ READS: Mapping[str, tuple[str, ...]] = {
                                            'size', 'safe', 'args',
                                            'kwargs'),
     _IMAGE + 'get_disk_size': ('name',),
-    _IMAGEBACKEND + 'Qcow2.resize_image': ('size',),
+    _IMAGE + 'resize_image': ('size',),
     # -- the image cache manager ----------------------------------------------
     _CACHE + '_store_image': ('base_dir', 'ent', 'original'),
     _CACHE + '_remove_base_file': ('base_file',),

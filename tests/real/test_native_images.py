@@ -323,6 +323,29 @@ def test_an_unsafe_cached_template_is_refused_as_stock_refuses_it(
 
 
 @pytest.mark.parametrize('fmt', ['raw', 'qcow2'])
+def test_a_flat_disk_of_its_templates_size_is_not_resized(
+        driver, glance, tmp_path, processes, fmt):
+    # Issue 15: the flavor's root disk is the image's size. Stock's resize
+    # (disk.extend) runs qemu-img info on the copy to find that out and
+    # leaves it; it is read here. The one qemu-img info of the disk left is
+    # stock's correct_format (its format, kept in disk.info).
+    image_id = str(uuid.uuid4())
+    src = str(tmp_path / ('img.' + fmt))
+    real.make_image(src, fmt, 64 * MiB)
+    glance[image_id] = (src, fmt)
+    drv = driver(images_type='flat', images_type_mapping='')
+    inst = _instance(drv._resolver.decide(fmt), image_id, fmt)
+    os.makedirs(libvirt_utils.get_instance_path(inst))
+    processes.start()
+    disk = _make_root_disk(drv, inst, image_id)
+    processes.stop()
+    on_disk = [r for r in processes if disk.path in r and 'qemu-img' in r]
+    assert len(on_disk) == 1 and 'qemu-img info' in on_disk[0], on_disk
+    info = real.qemu_img_info(disk.path)
+    assert (info['format'], info['virtual-size']) == ('raw', 64 * MiB)
+
+
+@pytest.mark.parametrize('fmt', ['raw', 'qcow2'])
 def test_a_flat_disk_from_a_cached_template_reads_its_sizes_here(
         driver, glance, tmp_path, processes, fmt):
     # Stock's Flat asks qemu-img info for the template's size twice

@@ -119,18 +119,6 @@ class Qcow2(sizes.InProcessSizes, imagebackend.Qcow2):
         create()
         return True
 
-    def resize_image(self, *args: Any, **kwargs: Any) -> None:
-        """Stock's resize, unless the overlay is as large already (as it is
-        when made from a template: ``qemu-img create`` made it its size),
-        which stock finds out with one more ``qemu-img info``."""
-        size: int = compat.called(
-            'nova.virt.libvirt.imagebackend:Qcow2.resize_image', self, args,
-            kwargs)['size']
-        have = sizes.virtual_size(self.path)
-        if have is not None and have >= size:
-            return
-        super().resize_image(*args, **kwargs)
-
     def _backs_onto(self, base: str) -> bool:
         """Whether the disk exists with ``base`` as its backing file."""
         if not os.path.exists(self.path):

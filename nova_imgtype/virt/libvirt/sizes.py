@@ -191,7 +191,7 @@ def guest_format(inspector: Any) -> str | None:
 class InProcessSizes:
     """For a stock image backend (first in its bases): ``get_disk_size``
     of a raw or qcow2 file read in this process, stock's ``qemu-img info``
-    for any other."""
+    for any other; no resize of a disk as large already."""
 
     def get_disk_size(self, *args: Any, **kwargs: Any) -> int:
         name: str = compat.called(
@@ -202,3 +202,17 @@ class InProcessSizes:
             return int(super().get_disk_size(  # type: ignore[misc]
                 *args, **kwargs))
         return size
+
+    def resize_image(self, *args: Any, **kwargs: Any) -> None:
+        """Stock's resize, unless the disk is as large already (a disk made
+        from a template of the flavor's root disk size: ``qemu-img
+        create`` or the copy made it that size), which stock's
+        ``disk.extend`` finds out with one more ``qemu-img info`` and then
+        leaves the disk as it is."""
+        size: int = compat.called(
+            'nova.virt.libvirt.imagebackend:Image.resize_image', self, args,
+            kwargs)['size']    # Flat's and Qcow2's signature too
+        have = virtual_size(self.path)  # type: ignore[attr-defined]
+        if have is not None and have >= size:
+            return
+        super().resize_image(*args, **kwargs)  # type: ignore[misc]
