@@ -322,6 +322,21 @@ def test_an_unsafe_cached_template_is_refused_as_stock_refuses_it(
                               '/disk')
 
 
+def _flat_instances(driver, glance, tmp_path, fmt, image_size, count):
+    """A Flat driver, an image of ``fmt`` served, and ``count`` instances
+    of it with their directories made (as _create_image makes them)."""
+    image_id = str(uuid.uuid4())
+    src = str(tmp_path / ('img.' + fmt))
+    real.make_image(src, fmt, image_size)
+    glance[image_id] = (src, fmt)
+    drv = driver(images_type='flat', images_type_mapping='')
+    insts = [_instance(drv._resolver.decide(fmt), image_id, fmt)
+             for _ in range(count)]
+    for inst in insts:
+        os.makedirs(libvirt_utils.get_instance_path(inst))
+    return drv, image_id, insts
+
+
 @pytest.mark.parametrize('fmt', ['raw', 'qcow2'])
 def test_a_flat_disk_of_its_templates_size_is_not_resized(
         driver, glance, tmp_path, processes, fmt):
@@ -329,13 +344,8 @@ def test_a_flat_disk_of_its_templates_size_is_not_resized(
     # (disk.extend) runs qemu-img info on the copy to find that out and
     # leaves it; it is read here. The one qemu-img info of the disk left is
     # stock's correct_format (its format, kept in disk.info).
-    image_id = str(uuid.uuid4())
-    src = str(tmp_path / ('img.' + fmt))
-    real.make_image(src, fmt, 64 * MiB)
-    glance[image_id] = (src, fmt)
-    drv = driver(images_type='flat', images_type_mapping='')
-    inst = _instance(drv._resolver.decide(fmt), image_id, fmt)
-    os.makedirs(libvirt_utils.get_instance_path(inst))
+    drv, image_id, (inst,) = _flat_instances(driver, glance, tmp_path, fmt,
+                                             64 * MiB, 1)
     processes.start()
     disk = _make_root_disk(drv, inst, image_id)
     processes.stop()
@@ -352,16 +362,8 @@ def test_a_flat_disk_from_a_cached_template_reads_its_sizes_here(
     # (verify_base_size, Image.cache); both are read in this process. The
     # rest is stock's: its copy, its resize (disk.extend) and the disk's
     # format (correct_format), and its disk is the same.
-    image_id = str(uuid.uuid4())
-    src = str(tmp_path / ('img.' + fmt))
-    real.make_image(src, fmt, 32 * MiB)
-    glance[image_id] = (src, fmt)
-    drv = driver(images_type='flat', images_type_mapping='')
-    insts = [_instance(drv._resolver.decide(fmt), image_id, fmt)
-             for _ in range(2)]
-    for inst in insts:
-        # As the driver's _create_image makes it before the disks.
-        os.makedirs(libvirt_utils.get_instance_path(inst))
+    drv, image_id, insts = _flat_instances(driver, glance, tmp_path, fmt,
+                                           32 * MiB, 2)
     _make_root_disk(drv, insts[0], image_id)
     processes.start()
     disk = _make_root_disk(drv, insts[1], image_id)
