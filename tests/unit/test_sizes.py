@@ -44,6 +44,56 @@ def test_other_formats_are_left_to_qemu_img(tmp_path):
     assert sizes.virtual_size(path) is None
 
 
+def _info_format(path):
+    out = subprocess.run(['qemu-img', 'info', '--output=json', path],
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out)['format']
+
+
+@pytest.mark.parametrize('fmt', ['raw', 'qcow2'])
+def test_the_disk_format_qemu_img_gives(tmp_path, fmt):
+    path = str(tmp_path / 'disk')
+    _qemu_img('create', '-q', '-f', fmt, path, '1G')
+    assert sizes.disk_format(path) == _info_format(path) == fmt
+
+
+def test_an_iso_is_a_raw_disk_as_qemu_img_says(tmp_path):
+    (tmp_path / 'files').mkdir()
+    (tmp_path / 'files' / 'meta_data.json').write_text('{}')
+    iso = str(tmp_path / 'disk.config')
+    subprocess.run(['genisoimage', '-quiet', '-J', '-r', '-V', 'config-2',
+                    '-o', iso, str(tmp_path / 'files')], check=True)
+    assert sizes.disk_format(iso) == _info_format(iso) == 'raw'
+
+
+def test_the_disk_format_of_other_formats_is_left_to_qemu_img(tmp_path):
+    path = str(tmp_path / 'disk.vmdk')
+    _qemu_img('create', '-q', '-f', 'vmdk', path, '1G')
+    assert sizes.disk_format(path) is None
+    assert sizes.disk_format(str(tmp_path / 'nothing')) is None
+
+
+def test_a_format_only_qemu_probes_is_raw_bytes(tmp_path):
+    # parallels is no Glance disk_format and Nova's inspector does not know
+    # it: its bytes are the disk, no format probed from them.
+    path = str(tmp_path / 'disk')
+    _qemu_img('create', '-q', '-f', 'parallels', path, '1G')
+    assert _info_format(path) == 'parallels'
+    assert sizes.disk_format(path) == 'raw'
+
+
+def test_a_qcow_version_1_header_is_left_to_qemu_img(tmp_path):
+    # The inspector takes it for qcow2; qemu's qcow2 driver would refuse it.
+    path = str(tmp_path / 'disk')
+    with open(path, 'wb') as f:
+        f.write(b'QFI\xfb' + (1).to_bytes(4, 'big') + bytes(504))
+    assert sizes.disk_format(path) is None
+    qcow2 = str(tmp_path / 'disk.qcow2')
+    _qemu_img('create', '-q', '-f', 'qcow2', '-o', 'compat=0.10', qcow2,
+              '1G')
+    assert sizes.disk_format(qcow2) == 'qcow2'
+
+
 def test_a_file_that_changed_is_read_again(tmp_path):
     path = str(tmp_path / 'disk')
     _qemu_img('create', '-q', '-f', 'qcow2', path, '1G')
@@ -189,3 +239,52 @@ def test_a_block_device_template_is_checked_every_time(monkeypatch):
     for _ in range(2):
         sizes.checked_template('/dev/zero')
     assert calls == ['/dev/zero', '/dev/zero']
+
+
+@pytest.fixture
+def flat_disk(conf, tmp_path, monkeypatch):
+    """A Flat backend's disk path (not made yet) and the backend; the
+    qemu-img info runs it makes are counted."""
+    from nova.virt import images
+
+    from nova_imgtype.virt.libvirt import flat
+    conf.config(lock_path=str(tmp_path / 'locks'), group='oslo_concurrency')
+    (tmp_path / 'inst').mkdir()
+    path = str(tmp_path / 'inst' / 'disk')
+    image = flat.Flat(path=path)
+    runs = []
+    info = images.qemu_img_info
+    monkeypatch.setattr(images, 'qemu_img_info',
+                        lambda *a, **k: runs.append(a) or info(*a, **k))
+    return path, image, runs
+
+
+@pytest.mark.parametrize('fmt', ['raw', 'qcow2'])
+def test_flat_reads_a_new_disks_format_here(flat_disk, fmt):
+    path, image, runs = flat_disk
+    _qemu_img('create', '-q', '-f', fmt, path, '1G')
+    image.correct_format()
+    assert image.driver_format == fmt
+    assert runs == []
+    # Kept in disk.info, as stock keeps it.
+    with open(image.disk_info_path) as f:
+        assert json.load(f) == {path: fmt}
+
+
+def test_flat_leaves_other_formats_to_qemu_img(flat_disk):
+    path, image, runs = flat_disk
+    _qemu_img('create', '-q', '-f', 'vmdk', path, '1G')
+    image.correct_format()
+    assert image.driver_format == 'vmdk'
+    assert len(runs) == 1
+
+
+def test_without_deep_inspection_flat_asks_qemu_img_as_stock(conf,
+                                                             flat_disk):
+    # The operator turned Nova's inspector off: qemu-img decides.
+    conf.config(disable_deep_image_inspection=True, group='workarounds')
+    path, image, runs = flat_disk
+    _qemu_img('create', '-q', '-f', 'parallels', path, '1G')
+    image.correct_format()
+    assert image.driver_format == 'parallels'
+    assert len(runs) == 1

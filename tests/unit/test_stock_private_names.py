@@ -42,8 +42,10 @@ STOCK_PRIVATE = {
     'nova.virt.libvirt.driver:LibvirtDriver._resume_guest_after_snapshot',
     'nova.virt.libvirt.driver:LibvirtDriver._suspend_guest_for_snapshot',
     'nova.virt.libvirt.driver:LibvirtDriver._try_fetch_image_cache',
-    # LibvirtStorage's volume format; Flat's lock around a template copy.
+    # LibvirtStorage's volume format; Flat's disk format (read in process)
+    # and its lock around a template copy.
     'nova.virt.libvirt.imagebackend:Image._get_driver_format',
+    'nova.virt.libvirt.imagebackend:Flat._get_driver_format',
     'nova.virt.libvirt.imagebackend:Image._get_lock_name',
     # The image cache manager.
     'nova.virt.libvirt.imagecache:ImageCacheManager._get_age_of_file',

@@ -10,7 +10,10 @@ into the instance's own file; every other template goes stock's way, which
 then finds the disk made and goes on (``verify_base_size``,
 ``correct_format``; ``Image.cache`` resizes it). The sizes stock asks of
 the template are read in this process (:mod:`.sizes`), as the Qcow2
-backend's are.
+backend's are, and so is the format of a new disk (which stock's
+``correct_format`` asks ``qemu-img info`` for once, then keeps in
+``disk.info``) when Nova's format inspector finds it raw or qcow2 and
+Nova's deep image inspection is on.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import nova.conf
 from nova import utils
 from nova.virt import images
 from nova.virt.libvirt import imagebackend
@@ -27,6 +31,7 @@ from oslo_utils import fileutils
 from nova_imgtype import compat
 from nova_imgtype.virt.libvirt import sizes
 
+CONF = nova.conf.CONF
 LOG = logging.getLogger(__name__)
 
 
@@ -55,6 +60,24 @@ class Flat(sizes.InProcessSizes, imagebackend.Flat):
             if os.path.islink(base):
                 self._copy_linked_template(base)
         super().create_image(*args, **kwargs)
+
+    def _get_driver_format(self, *args: Any, **kwargs: Any) -> str:
+        """The disk's format, for stock's ``resolve_driver_format`` (which
+        keeps it in ``disk.info``): raw or qcow2 as Nova's format inspector
+        reads it here (:func:`.sizes.disk_format`); any other, stock's
+        ``qemu-img info``.
+
+        With deep inspection on (Nova's default), Nova took no image whose
+        format its inspector and ``qemu-img`` disagree on, so a template
+        and a copy of it read the same to both. With
+        ``[workarounds]disable_deep_image_inspection``, qemu-img decided
+        the images' formats: it decides the disks' too, as in stock.
+        """
+        if not CONF.workarounds.disable_deep_image_inspection:
+            fmt = sizes.disk_format(self.path)
+            if fmt is not None:
+                return fmt
+        return str(super()._get_driver_format(*args, **kwargs))
 
     def _copy_linked_template(self, base: str) -> None:
         """The data of ``base`` into the disk, under the template's lock

@@ -148,12 +148,41 @@ def _remember(path: str, version: tuple[int, ...], size: int | None,
             _known.popitem(last=False)
 
 
+def disk_format(path: str) -> str | None:
+    """``raw`` or ``qcow2``: the format of the file ``path`` as Nova's
+    format inspector identifies it (:func:`guest_format`), read in this
+    process; None for any other format, a file the inspector cannot tell
+    or cannot read, for ``qemu-img info``.
+
+    A file the inspector finds raw is raw to qemu too, but for formats
+    qemu probes and the inspector does not know (bochs, cloop, dmg,
+    parallels): none is a Glance ``disk_format``, and with deep inspection
+    on, stock's download refuses an image whose format the inspector and
+    ``qemu-img`` disagree on. Such a file is raw here: its bytes as they
+    are, no format probed from its content. A qcow2 header of version 1
+    (qemu's older ``qcow``, which the inspector takes for qcow2) is left
+    to ``qemu-img``.
+    """
+    inspector = _inspect(path)
+    if inspector is None:
+        return None
+    fmt = guest_format(inspector)
+    if fmt == 'qcow2' and _qcow_version(path) < 2:
+        return None
+    return fmt
+
+
 def _read(path: str) -> int | None:
+    inspector = _inspect(path)
+    return None if inspector is None else _size(path, inspector)
+
+
+def _inspect(path: str) -> Any:
+    """Nova's inspector of the file ``path``; None when it cannot tell."""
     try:
-        inspector = _qcow2(path) or images.get_image_format(path)
+        return _qcow2(path) or images.get_image_format(path)
     except Exception:   # noqa: BLE001 - an unrecognised file: qemu-img's
         return None
-    return _size(path, inspector)
 
 
 def _qcow2(path: str) -> Any:
@@ -164,6 +193,13 @@ def _qcow2(path: str) -> Any:
         if f.read(len(_QCOW2_MAGIC)) != _QCOW2_MAGIC:
             return None
     return format_inspector.QcowInspector.from_file(path)
+
+
+def _qcow_version(path: str) -> int:
+    """The version in the header of a file with qcow's magic."""
+    with open(path, 'rb') as f:
+        header = f.read(len(_QCOW2_MAGIC) + 4)
+    return int.from_bytes(header[len(_QCOW2_MAGIC):], 'big')
 
 
 def _size(path: str, inspector: Any) -> int | None:
