@@ -1,4 +1,9 @@
-"""pytest set-up for the real tier: one throwaway libvirtd per session.
+"""pytest set-up for the real tier: one throwaway libvirtd for the tier.
+
+The tier's daemons (libvirtd, Ceph) are package-scoped: they stop when the
+tier's last test ends, not at the end of the pytest session, so that the
+gate's tier after it (``tests/gate``, a whole cloud whose boot times are
+measured) runs with none of them left in the background.
 
 See :mod:`tests.real.fixtures` for how the daemon is started. A daemon that
 does not come up is an error, never a skip: the real tier runs on every
@@ -27,9 +32,9 @@ def _quiet_libvirt_error(_ctx: object, _err: object) -> None:
 libvirt.registerErrorHandler(_quiet_libvirt_error, None)
 
 
-@pytest.fixture(scope='session')
+@pytest.fixture(scope='package')
 def libvirt_daemon() -> Iterator[fixtures.LibvirtDaemon]:
-    """The throwaway libvirtd of this test session (stopped at its end)."""
+    """The throwaway libvirtd of the real tier (stopped at its end)."""
     daemon = fixtures.start_libvirtd()
     try:
         yield daemon
@@ -37,15 +42,15 @@ def libvirt_daemon() -> Iterator[fixtures.LibvirtDaemon]:
         daemon.stop()
 
 
-@pytest.fixture(scope='session')
+@pytest.fixture(scope='package')
 def libvirt_uri(libvirt_daemon: fixtures.LibvirtDaemon) -> str:
-    """URI of the session's throwaway libvirtd (started on first use)."""
+    """URI of the tier's throwaway libvirtd (started on first use)."""
     return libvirt_daemon.uri
 
 
-@pytest.fixture(scope='session')
+@pytest.fixture(scope='package')
 def libvirt_conn(libvirt_uri: str) -> Iterator[libvirt.virConnect]:
-    """A connection to the throwaway libvirtd, closed at session end."""
+    """A connection to the throwaway libvirtd, closed at the tier's end."""
     conn = libvirt.open(libvirt_uri)
     try:
         yield conn
@@ -53,7 +58,7 @@ def libvirt_conn(libvirt_uri: str) -> Iterator[libvirt.virConnect]:
         conn.close()
 
 
-@pytest.fixture(scope='session')
+@pytest.fixture(scope='package')
 def kvm_available(libvirt_conn: libvirt.virConnect) -> bool:
     """Whether the daemon can run x86_64 domains of type kvm."""
     return fixtures.kvm_usable(libvirt_conn)
@@ -78,10 +83,11 @@ def libvirt_tmp_path(libvirt_daemon: fixtures.LibvirtDaemon,
     yield path
 
 
-@pytest.fixture(scope='session')
+@pytest.fixture(scope='package')
 def ceph_cluster() -> Iterator[ceph.CephCluster]:
     """A throwaway one-node Ceph cluster (memstore, no auth) with an
-    initialised rbd pool, stopped at session end (:mod:`tests.real.ceph`)."""
+    initialised rbd pool, stopped at the tier's end
+    (:mod:`tests.real.ceph`)."""
     yield from ceph.ceph_cluster_fixture()
 
 
