@@ -14,10 +14,14 @@ compressed with zstd) and each compute, once per run:
 
 Each boot is timed from the create request until the API shows the server
 ACTIVE with no task (polled every :data:`POLL` seconds), and each server
-is deleted, and gone, before the next boot: every boot starts on a
-compute with no guest starting and no disk being written (with the
-servers left running, a boot just after another was about a second
-slower, whichever the driver). Next to it, nova-compute's own "Took N
+is deleted, and gone, before the next boot, and the machine's dirty pages
+are written out (:func:`settle`, untimed) after each upload and each
+deletion: every boot starts on a compute with no guest starting and no
+disk being written (with the servers left running, a boot just after
+another was about a second slower, whichever the driver; without
+:func:`settle`, Glance's copy of an upload, which its file store leaves to
+the kernel's writeback, would be written out 30 seconds later, during
+whatever boot runs then). Next to it, nova-compute's own "Took N
 seconds to build instance" (from the compute's log: :func:`build_seconds`)
 tells the compute's share from the API's, the scheduler's and the
 conductor's.
@@ -122,9 +126,16 @@ def boot_seconds(conn: Any, image_id: str, flavor_id: str, host: str,
     return _active(conn, server.id, started)
 
 
+def settle() -> None:
+    """Write out the machine's dirty pages (``sync``), so that what the
+    harness wrote (an upload, a deleted server's files) is not written
+    during the next timed boot."""
+    os.sync()
+
+
 def _gone(conn: Any, servers: Sequence[str]) -> None:
     """Delete the servers; wait until they are gone (their disks with
-    them)."""
+    them), then :func:`settle`."""
     for server_id in servers:
         conn.compute.delete_server(server_id, ignore_missing=True)
     deadline = time.monotonic() + B.TIMEOUT
@@ -134,6 +145,7 @@ def _gone(conn: Any, servers: Sequence[str]) -> None:
             raise B.CheckFailed('servers %s not deleted after %ds'
                                 % (', '.join(servers), B.TIMEOUT))
         time.sleep(GONE_POLL)
+    settle()
 
 
 def warm_up(conn: Any, cloud: Mapping[str, Any],
@@ -204,6 +216,7 @@ def measure(cloud_path: str, label: str, runs: int = RUNS) -> dict[str, Any]:
                     name='gate-timing-%s-%s' % (fmt, uuid.uuid4().hex[:8]),
                     filename=files[fmt], disk_format=fmt,
                     container_format='bare', wait=True, timeout=600)
+                settle()
                 made = []
                 try:
                     for state in ('cold',) + ('warm',) * WARM_BOOTS:

@@ -110,6 +110,37 @@ def test_native_formats_are_the_mapped_ones() -> None:
         {'images_type': 'qcow2', 'images_type_mapping': None}) == []
 
 
+class _Compute:
+    """The compute API of a cloud whose deleted servers take two polls to
+    go; records what happened, in order."""
+
+    def __init__(self, events: list[str]) -> None:
+        self.events = events
+        self.polls = 0
+
+    def delete_server(self, server_id: str, ignore_missing: bool) -> None:
+        self.events.append('delete ' + server_id)
+
+    def find_server(self, server_id: str, ignore_missing: bool) -> object:
+        self.polls += 1
+        gone = self.polls > 2
+        self.events.append('gone' if gone else 'there')
+        return None if gone else object()
+
+
+def test_the_next_boot_waits_for_the_deleted_servers_writes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Dirty pages left by the harness (Glance's copy of an upload, a
+    # deleted server's files) are written out before the next timed boot,
+    # not during it.
+    events: list[str] = []
+    monkeypatch.setattr(timing.os, 'sync', lambda: events.append('sync'))
+    monkeypatch.setattr(timing, 'GONE_POLL', 0)
+    conn = type('Conn', (), {'compute': _Compute(events)})()
+    timing._gone(conn, ['s1'])
+    assert events == ['delete s1', 'there', 'there', 'gone', 'sync']
+
+
 def test_build_seconds_are_read_from_the_computes_log(
         tmp_path: pathlib.Path) -> None:
     ours, other = ('11111111-2222-3333-4444-%012d' % i for i in (1, 2))
