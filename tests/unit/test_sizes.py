@@ -16,10 +16,18 @@ def _qemu_img(*args):
     subprocess.run(('qemu-img',) + args, check=True, capture_output=True)
 
 
-def _info_size(path):
+def _info(path):
     out = subprocess.run(['qemu-img', 'info', '--output=json', path],
                          check=True, capture_output=True, text=True).stdout
-    return json.loads(out)['virtual-size']
+    return json.loads(out)
+
+
+def _info_size(path):
+    return _info(path)['virtual-size']
+
+
+def _info_format(path):
+    return _info(path)['format']
 
 
 @pytest.mark.parametrize('fmt', ['raw', 'qcow2'])
@@ -42,12 +50,6 @@ def test_other_formats_are_left_to_qemu_img(tmp_path):
     path = str(tmp_path / 'disk.vmdk')
     _qemu_img('create', '-q', '-f', 'vmdk', path, '1G')
     assert sizes.virtual_size(path) is None
-
-
-def _info_format(path):
-    out = subprocess.run(['qemu-img', 'info', '--output=json', path],
-                         check=True, capture_output=True, text=True).stdout
-    return json.loads(out)['format']
 
 
 @pytest.mark.parametrize('fmt', ['raw', 'qcow2'])
