@@ -86,7 +86,7 @@ READS: Mapping[str, tuple[str, ...]] = {
     # ``args``, ``kwargs``: stock's own ``*args, **kwargs``, which it passes
     # on to the fetch function (``prepare_template``).
     _IMAGEBACKEND + 'Flat.create_image': ('prepare_template', 'base',
-                                          'args', 'kwargs'),
+                                          'size', 'args', 'kwargs'),
     _IMAGEBACKEND + 'Qcow2.create_image': ('prepare_template', 'base',
                                            'size', 'safe', 'args',
                                            'kwargs'),

@@ -21,6 +21,7 @@ from nova.virt import fake
 from nova.virt import images
 from nova.virt.libvirt import imagecache as nova_imagecache
 from nova.virt.libvirt import utils as libvirt_utils
+from oslo_concurrency import processutils
 from oslo_config import fixture as config_fixture
 
 from nova_imgtype.testing import libvirtd as real
@@ -378,3 +379,46 @@ def test_a_flat_disk_from_a_cached_template_reads_its_sizes_here(
                 if 'qemu-img info' in r and template in r], processes
     info = real.qemu_img_info(disk.path)
     assert (info['format'], info['virtual-size']) == ('raw', 64 * MiB)
+
+
+@pytest.mark.parametrize('fmt', ['raw', 'qcow2'])
+def test_a_flat_disk_is_copied_without_a_fork(driver, glance, tmp_path,
+                                              processes, monkeypatch, fmt):
+    # Issue 15: stock copies the template with ``cp -r`` through oslo's
+    # processutils, which forks nova-compute for it; the plugin runs the
+    # same command without a fork (spawn.execute), and makes the same disk.
+    drv, image_id, insts = _flat_instances(driver, glance, tmp_path, fmt,
+                                           64 * MiB, 2)
+    _make_root_disk(drv, insts[0], image_id)
+    (name,) = _cache_files()
+    template = os.path.join(_base_dir(), name)
+    forked = []
+    execute = processutils.execute
+    monkeypatch.setattr(processutils, 'execute',
+                        lambda *a, **k: forked.append(a) or execute(*a, **k))
+    processes.start()
+    disk = _make_root_disk(drv, insts[1], image_id)
+    processes.stop()
+    assert processes == ['cp -r %s %s' % (template, disk.path)]
+    assert forked == []
+    by_stock = str(tmp_path / 'by-stock')
+    libvirt_utils.copy_image(template, by_stock)
+    with open(disk.path, 'rb') as ours, open(by_stock, 'rb') as theirs:
+        assert ours.read() == theirs.read()
+    ours_st, stock_st = os.stat(disk.path), os.stat(by_stock)
+    assert (ours_st.st_size, ours_st.st_mode, ours_st.st_blocks) == (
+        stock_st.st_size, stock_st.st_mode, stock_st.st_blocks)
+    assert disk.driver_format == 'raw'
+
+
+def test_a_flat_disk_too_small_for_its_template_is_not_made(
+        driver, glance, tmp_path, processes):
+    # Stock checks the flavor's size before it copies: nothing is copied
+    # for a flavor smaller than the image, the template stays cached.
+    drv, image_id, (inst,) = _flat_instances(driver, glance, tmp_path,
+                                             'raw', 128 * MiB, 1)
+    with pytest.raises(nova_exception.FlavorDiskSmallerThanImage):
+        _make_root_disk(drv, inst, image_id)
+    assert not os.path.exists(
+        os.path.join(libvirt_utils.get_instance_path(inst), 'disk'))
+    assert len(_cache_files()) == 1

@@ -6,14 +6,15 @@ link. A template linked to a volume (``volume-based-linking``) would so
 become every instance's disk: one tenant reading what another wrote, and a
 resize growing the image volume itself. This subclass copies the data of a
 linked template (``qemu-img convert``, sparse, in the template's own format)
-into the instance's own file; every other template goes stock's way, which
-then finds the disk made and goes on (``verify_base_size``,
-``correct_format``; ``Image.cache`` resizes it). The sizes stock asks of
-the template are read in this process (:mod:`.sizes`), as the Qcow2
-backend's are, and so is the format of a new disk (which stock's
-``correct_format`` asks ``qemu-img info`` for once, then keeps in
-``disk.info``) when Nova's format inspector finds it raw or qcow2 and
-Nova's deep image inspection is on.
+into the instance's own file. Any other template is copied with stock's
+own ``cp -r``, started without a ``fork()`` of nova-compute
+(:func:`.spawn.execute`); stock then finds the disk made and goes on
+(``verify_base_size``, ``correct_format``; ``Image.cache`` resizes it).
+The sizes stock asks of the template are read in this process
+(:mod:`.sizes`), as the Qcow2 backend's are, and so is the format of a
+new disk (which stock's ``correct_format`` asks ``qemu-img info`` for
+once, then keeps in ``disk.info``) when Nova's format inspector finds it
+raw or qcow2 and Nova's deep image inspection is on.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from oslo_utils import fileutils
 
 from nova_imgtype import compat
 from nova_imgtype.virt.libvirt import sizes
+from nova_imgtype.virt.libvirt import spawn
 
 CONF = nova.conf.CONF
 LOG = logging.getLogger(__name__)
@@ -57,8 +59,7 @@ class Flat(sizes.InProcessSizes, imagebackend.Flat):
                 # passed by Image.cache() takes the template's lock.
                 call['prepare_template'](*fetch_args, target=base,
                                          **fetch_kwargs)
-            if os.path.islink(base):
-                self._copy_linked_template(base)
+            self._copy_template(base, call['size'])
         super().create_image(*args, **kwargs)
 
     def _get_driver_format(self, *args: Any, **kwargs: Any) -> str:
@@ -79,17 +80,29 @@ class Flat(sizes.InProcessSizes, imagebackend.Flat):
                 return fmt
         return str(super()._get_driver_format(*args, **kwargs))
 
-    def _copy_linked_template(self, base: str) -> None:
-        """The data of ``base`` into the disk, under the template's lock
-        (the one stock's copy holds: the image cache manager removes no
-        template while it is held)."""
+    def _copy_template(self, base: str, size: int | None) -> None:
+        """The template into the disk, under the template's lock (the one
+        stock's copy holds: the image cache manager removes no template
+        while it is held), after stock's check of the flavor's size
+        (``verify_base_size``), which comes before its copy.
+
+        A link (to an image volume): its data, ``qemu-img convert`` in its
+        format. Anything else: stock's ``cp -r`` (sparse, as stock's), by
+        :func:`.spawn.execute`, which spares nova-compute the ``fork()``
+        oslo's ``processutils`` makes for every command.
+        """
+        self.verify_base_size(base, size)
+
         @utils.synchronized(self._get_lock_name(base), external=True,
                             lock_path=self.lock_path)
         def copy() -> None:
-            fmt = images.qemu_img_info(base).file_format
-            LOG.debug('Copying the data of linked template %s into %s',
-                      base, self.path)
             with fileutils.remove_path_on_error(self.path):
-                images.convert_image(base, self.path, fmt, fmt)
+                if os.path.islink(base):
+                    fmt = images.qemu_img_info(base).file_format
+                    LOG.debug('Copying the data of linked template %s '
+                              'into %s', base, self.path)
+                    images.convert_image(base, self.path, fmt, fmt)
+                else:
+                    spawn.execute('cp', '-r', base, self.path)
 
         copy()

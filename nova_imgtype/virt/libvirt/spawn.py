@@ -10,9 +10,10 @@ default) sets SIGPIPE and SIGXFSZ back to their defaults in the child, as
 ``_subprocess_setup`` does.
 
 :func:`execute` is for the few commands run for every disk (an overlay's
-``qemu-img create``); everything else goes through ``processutils`` as
-stock's do. What a caller sees is processutils': the same log lines, the
-same :class:`~oslo_concurrency.processutils.ProcessExecutionError` with the
+``qemu-img create``, a Flat disk's ``cp -r``); everything else goes
+through ``processutils`` as stock's do. What a caller sees is
+processutils': the same log lines, the same
+:class:`~oslo_concurrency.processutils.ProcessExecutionError` with the
 command, exit code and output.
 """
 
