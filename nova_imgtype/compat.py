@@ -41,6 +41,7 @@ _CACHE = 'nova.virt.libvirt.imagecache:ImageCacheManager.'
 READS: Mapping[str, tuple[str, ...]] = {
     # -- LibvirtDriver --------------------------------------------------------
     _DRIVER + 'init_host': ('host',),
+    _DRIVER + 'prepare_for_spawn': ('instance',),
     _DRIVER + 'spawn': ('instance', 'image_meta', 'block_device_info'),
     _DRIVER + 'rebuild': ('context', 'instance', 'image_meta',
                           'block_device_info'),

@@ -126,6 +126,56 @@ def test_spawn_records_backend_then_spawns(make_driver):
     assert inst.system_metadata['imgtype_native_formats'] == 'qcow2'
 
 
+def test_a_build_recorded_before_spawn_is_not_saved_again(make_driver):
+    # Issue 15: prepare_for_spawn records the decision, which the compute
+    # manager saves with the instance before spawn: spawn makes the same
+    # decision and has nothing to save (one conductor round trip less).
+    drv = make_driver(images_type='flat', images_type_mapping='qcow2:qcow2')
+    inst = _instance(vm_state=vm_states.BUILDING, image_disk_format='qcow2')
+    with mock.patch.object(STOCK, 'prepare_for_spawn') as stock_prepare:
+        drv.prepare_for_spawn(inst)
+    stock_prepare.assert_called_once_with(inst)
+    assert inst.system_metadata['imgtype_backend'] == 'qcow2'
+    assert inst.system_metadata['imgtype_image_ref'] == IMAGE_ID
+    assert 'system_metadata' in inst.obj_what_changed()
+    inst.obj_reset_changes()                  # the manager's save
+    meta = objects.ImageMeta.from_dict({'disk_format': 'qcow2'})
+    with mock.patch.object(STOCK, 'spawn') as stock_spawn:
+        drv.spawn(None, inst, meta, [], None, {})
+    stock_spawn.assert_called_once()
+    inst.save.assert_not_called()
+    assert drv._resolver.recorded(inst) == drv._resolver.decide('qcow2')
+
+
+def test_a_build_whose_root_disk_is_a_volume_is_saved_in_spawn(make_driver):
+    # The image's format was recorded before the block devices were known;
+    # the root disk is a volume: spawn records images_type and saves it
+    # before stock's spawn makes any disk.
+    drv = make_driver(images_type='flat', images_type_mapping='qcow2:qcow2')
+    inst = _instance(vm_state=vm_states.BUILDING, image_disk_format='qcow2')
+    with mock.patch.object(STOCK, 'prepare_for_spawn'):
+        drv.prepare_for_spawn(inst)
+    inst.obj_reset_changes()
+    meta = objects.ImageMeta.from_dict({'disk_format': 'qcow2'})
+    with mock.patch.object(STOCK, 'spawn') as stock_spawn, \
+            mock.patch.object(drv, '_is_booted_from_volume',
+                              return_value=True):
+        stock_spawn.side_effect = lambda *a, **k: (
+            inst.save.assert_called_once_with())
+        drv.spawn(None, inst, meta, [], None, {})
+    stock_spawn.assert_called_once()
+    assert inst.system_metadata['imgtype_backend'] == 'flat'
+
+
+def test_prepare_for_spawn_records_nothing_outside_a_build(make_driver):
+    drv = make_driver(images_type='flat', images_type_mapping='qcow2:qcow2')
+    inst = _instance(image_disk_format='qcow2')
+    with mock.patch.object(STOCK, 'prepare_for_spawn') as stock_prepare:
+        drv.prepare_for_spawn(inst)
+    stock_prepare.assert_called_once_with(inst)
+    assert 'imgtype_backend' not in inst.system_metadata
+
+
 def test_spawn_boot_from_volume_records_images_type(make_driver):
     drv = make_driver(images_type='flat', images_type_mapping='qcow2:qcow2')
     inst = _instance()

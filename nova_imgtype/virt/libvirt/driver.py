@@ -167,6 +167,30 @@ class LibvirtDriver(driver_images.Images, driver_live.LiveMigration,
 
     # -- instance lifecycle ---------------------------------------------------
 
+    def prepare_for_spawn(self, *args: Any, **kwargs: Any) -> None:
+        """Record a build's backend for the image's disk_format, which the
+        compute manager saves with the instance next, before ``spawn``:
+        ``spawn`` then saves it again only if it decided otherwise (the
+        root disk is a volume)."""
+        instance: objects.Instance = compat.driver(
+            'prepare_for_spawn', self, args, kwargs)['instance']
+        if instance.vm_state == vm_states.BUILDING:
+            image_meta = instance.image_meta
+            self._record_build(instance, (
+                image_meta.disk_format if instance.image_ref and
+                image_meta.obj_attr_is_set('disk_format') else None))
+        super().prepare_for_spawn(*args, **kwargs)
+
+    def _record_build(self, instance: objects.Instance,
+                      disk_format: str | None
+                      ) -> resolver_mod.BackendDecision:
+        """The resolver's decision for a build of ``disk_format`` on this
+        host, recorded in the instance (not saved)."""
+        decision = self._resolver.decide(disk_format)
+        self._resolver.record(instance, decision)
+        instance.system_metadata[SYSMETA_IMAGE] = instance.image_ref
+        return decision
+
     def spawn(self, *args: Any, **kwargs: Any) -> None:
         call = compat.driver('spawn', self, args, kwargs)
         instance: objects.Instance = call['instance']
@@ -180,10 +204,11 @@ class LibvirtDriver(driver_images.Images, driver_live.LiveMigration,
             disk_format = (None if booted_from_volume
                            else image_meta.obj_attr_is_set('disk_format') and
                            image_meta.disk_format or None)
-            decision = self._resolver.decide(disk_format)
-            self._resolver.record(instance, decision)
-            instance.system_metadata[SYSMETA_IMAGE] = instance.image_ref
-            instance.save()
+            decision = self._record_build(instance, disk_format)
+            # Saved before any disk is made; a build whose record
+            # prepare_for_spawn made and the manager saved has nothing new.
+            if 'system_metadata' in instance.obj_what_changed():
+                instance.save()
             LOG.info('Image backend %(backend)s chosen for disk_format '
                      '%(fmt)s (native formats: %(native)s)',
                      {'backend': decision.backend, 'fmt': disk_format,
