@@ -78,7 +78,8 @@ READS: Mapping[str, tuple[str, ...]] = {
     _DRIVER + 'rollback_live_migration_at_destination': ('context',
                                                          'instance'),
     _DRIVER + 'post_live_migration_at_destination': ('context',
-                                                     'instance'),
+                                                     'instance',
+                                                     'block_migration'),
     # -- image backends (imagebackend.Backend, Image subclasses) --------------
     _BACKEND + 'backend': ('image_type',),
     _BACKEND + 'by_name': ('instance', 'name', 'image_type',

@@ -104,6 +104,14 @@ class VolumeCreateFailed(StorageException):
                 "failed: %(reason)s")
 
 
+class VolumeFormatMismatch(StorageException):
+    """libvirt reads a volume in another format than the one recorded."""
+
+    msg_fmt = _("Volume %(volume)s is recorded as %(recorded)s but libvirt "
+                "reads it as %(probed)s: it is not copied, its content is "
+                "not followed")
+
+
 class NotSupportedOnPools(ImgtypeException, nova_exception.Invalid):
     """An operation nova-imgtype cannot do yet for a pool instance."""
 

@@ -22,7 +22,7 @@ from oslo_config import cfg
 from oslo_log import log as logging
 
 import nova_imgtype.conf
-from nova_imgtype import sysmeta
+from nova_imgtype import record
 from nova_imgtype import traits
 
 LOG = logging.getLogger(__name__)
@@ -113,7 +113,7 @@ def recorded_backend(ctxt: Any, request_spec: Any) -> str | None:
                 cctxt, uuid, expected_attrs=['system_metadata'])
         except nova_exception.InstanceNotFound:
             return None
-    backend: str | None = instance.system_metadata.get(sysmeta.BACKEND)
+    backend: str | None = record.backend(instance.system_metadata)
     return backend or None
 
 

@@ -49,6 +49,9 @@ def _legacy_instance(instances_path):
             f.write(name.encode() * 1000)
         with open(path, 'rb') as f:
             data[name] = f.read()
+    # Stock's record of the files' formats.
+    with open(os.path.join(inst_dir, 'disk.info'), 'w') as f:
+        json.dump({os.path.join(inst_dir, n): 'qcow2' for n in NAMES}, f)
     return inst_uuid, inst_dir, data
 
 

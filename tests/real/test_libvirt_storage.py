@@ -15,11 +15,11 @@ import nova.conf
 import pytest
 from lxml import etree
 from nova import context as nova_context
+from nova import exception as nova_exception
 from nova import objects
 from nova.virt.libvirt import imagecache as nova_imagecache
 from nova.virt.libvirt import utils as libvirt_utils
 
-from nova_imgtype import exception
 from nova_imgtype.testing import libvirtd as real
 from nova_imgtype.virt.libvirt import pools
 from nova_imgtype.virt.libvirt import storage
@@ -235,13 +235,12 @@ def test_raw_image_is_copied_into_a_raw_volume(pool_driver, glance,  # noqa
     assert (real.sha256_of_guest_data(head, 'raw') ==
             real.sha256_of_guest_data(src, 'raw'))
 
-    # A snapshot extraction that fails (here: libvirt cannot write the
-    # target format) removes its temporary pool and leaves no file; the
-    # disk is untouched.
+    # A snapshot extraction that fails (here: qemu-img cannot write the
+    # target format) leaves no pool and no file; the disk is untouched.
     snap_dir = tmp_path / 'snap'
     snap_dir.mkdir()
-    with pytest.raises(exception.VolumeCreateFailed,
-                       match='volume snap in storage pool nova-snapshot-'):
+    with pytest.raises(nova_exception.ImageUnacceptable,
+                       match='Unable to convert image to no-such-format'):
         disk.snapshot_extract(str(snap_dir / 'snap'), 'no-such-format')
     assert [p.name() for p in libvirt_conn.listAllStoragePools(0)
             if p.name().startswith('nova-snapshot-')] == []

@@ -59,7 +59,7 @@ def test_cow_overlay_backs_onto_the_cached_template(sp):
 def test_copy_converts_and_keeps_the_data(sp, src_fmt, dst_fmt):
     tmpl, src = _template(sp, 'tmpl-' + src_fmt, src_fmt)
     name = pools.volume_name(str(uuid.uuid4()), 'disk')
-    vol = sp.copy(sp.disks, name, src, dst_fmt, 48 * MiB)
+    vol = sp.copy(sp.disks, name, src, src_fmt, dst_fmt, 48 * MiB)
     info = real.qemu_img_info(vol.path())
     assert info['format'] == dst_fmt
     assert 'backing-filename' not in info
@@ -87,7 +87,7 @@ def test_raw_copy_copies_the_data_alone_and_keeps_the_holes(sp):
     sp.refresh(pools.BASE_POOL)
     src = sp.base.storageVolLookupByName('tmpl-sparse')
     name = pools.volume_name(str(uuid.uuid4()), 'disk')
-    vol = sp.copy(sp.disks, name, src, 'raw', 512 * MiB)
+    vol = sp.copy(sp.disks, name, src, 'raw', 'raw', 512 * MiB)
     assert pools.volume_format(vol) == 'raw'
     assert vol.info()[1] == 512 * MiB          # grown to the capacity
     with open(path, 'rb') as a, open(vol.path(), 'rb') as b:
@@ -116,7 +116,7 @@ def test_raw_copy_of_a_linked_template_copies_the_device(sp, tmp_path):
         sp.refresh(pools.BASE_POOL)
         src = sp.base.storageVolLookupByName('tmpl-linked')
         name = pools.volume_name(str(uuid.uuid4()), 'disk')
-        vol = sp.copy(sp.disks, name, src, 'raw', 32 * MiB)
+        vol = sp.copy(sp.disks, name, src, 'raw', 'raw', 32 * MiB)
         with open(vol.path(), 'rb') as f:
             f.seek(4 * MiB)
             assert f.read(MiB) == data
@@ -135,7 +135,7 @@ def test_a_failed_raw_copy_leaves_no_volume(sp, monkeypatch):
     monkeypatch.setattr(os, 'copy_file_range', enospc)
     with pytest.raises(exception.VolumeCreateFailed,
                        match='No space left'):
-        sp.copy(sp.disks, name, src, 'raw', 48 * MiB)
+        sp.copy(sp.disks, name, src, 'raw', 'raw', 48 * MiB)
     sp.refresh(pools.DISKS_POOL)
     assert sp.find_volume(sp.disks, name) is None
     assert not os.path.exists(pools.volume_path(sp.disks, name))
@@ -194,3 +194,25 @@ def test_domain_on_a_missing_volume_fails_clearly(sp, libvirt_conn,
         real.start_domain(libvirt_conn, 'pool-missing', [cfg.to_xml()],
                           kvm=kvm_available)
     assert e.value.get_error_code() == libvirt.VIR_ERR_NO_STORAGE_VOL
+
+
+def test_a_copy_libvirt_would_read_otherwise_than_recorded_is_refused(
+        sp, tmp_path):
+    """Issue 27: a raw file holding a qcow2 header (a guest's, or a
+    rewritten template's) that names a host file. libvirt reads it as a
+    qcow2 overlay of that file and ``createXMLFrom`` would copy the host
+    file's data."""
+    secret = tmp_path / 'secret'
+    secret.write_bytes(b'SECRET' * 1000)
+    path = os.path.join(sp.specs[0].target, 'tmpl-poisoned')
+    real.qemu_img('create', '-q', '-f', 'qcow2', '-b', str(secret), '-F',
+                  'raw', path, '1M')
+    sp.refresh(pools.BASE_POOL)
+    src = sp.base.storageVolLookupByName('tmpl-poisoned')
+    name = pools.volume_name(str(uuid.uuid4()), 'disk')
+    with pytest.raises(exception.VolumeFormatMismatch,
+                       match='tmpl-poisoned is recorded as raw but libvirt '
+                             'reads it as qcow2'):
+        sp.copy(sp.disks, name, src, 'raw', 'qcow2', 48 * MiB)
+    sp.refresh(pools.DISKS_POOL)
+    assert sp.find_volume(sp.disks, name) is None

@@ -8,6 +8,7 @@ starts again (``init_host``) and finishes the move. Pools on libvirt's
 embedded test driver; real files made by qemu-img.
 """
 
+import json
 import os
 import subprocess
 from unittest import mock
@@ -38,6 +39,9 @@ def _legacy(drv):
     for name in NAMES:
         subprocess.run(['qemu-img', 'create', '-q', '-f', 'qcow2',
                         os.path.join(inst_dir, name), '1M'], check=True)
+    # Stock's record of the files' formats.
+    with open(os.path.join(inst_dir, 'disk.info'), 'w') as f:
+        json.dump({os.path.join(inst_dir, n): 'qcow2' for n in NAMES}, f)
     return inst, inst_dir
 
 

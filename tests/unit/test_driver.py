@@ -268,6 +268,27 @@ def test_fetch_of_a_native_backing_file_name_stays_native(make_driver):
     assert filename == name and fetch_func is not libvirt_utils.fetch_image
 
 
+@pytest.mark.parametrize('name', [
+    # Another image's cache name, or any name a guest wrote as the backing
+    # file of its disk: a live block migration's destination would fetch
+    # this instance's image under it.
+    nova_imagecache.get_cache_fname('another-image'),
+    'anything-the-guest-chose'])
+def test_an_image_is_fetched_under_its_own_cache_name_only(make_driver,
+                                                           name):
+    """Issue 27, 1."""
+    drv = make_driver(images_type='qcow2')
+    inst = _instance(imgtype_backend='qcow2', imgtype_native_formats='')
+    with mock.patch.object(STOCK, '_try_fetch_image_cache') as stock, \
+            pytest.raises(nova_exception.InvalidDiskInfo,
+                          match='%s is not a cache name of image %s' % (
+                              name, IMAGE_ID)):
+        drv._try_fetch_image_cache(mock.sentinel.image,
+                                   libvirt_utils.fetch_image, None, name,
+                                   IMAGE_ID, inst, 1)
+    assert not stock.called
+
+
 @pytest.mark.parametrize('backend,cleaner', [('lvm', '_cleanup_lvm'),
                                              ('rbd', '_cleanup_rbd')])
 def test_cleanup_removes_disks_of_the_instance_backend(make_driver, backend,

@@ -425,9 +425,15 @@ def test_rollback_removes_what_the_destination_made(
     assert drv._resolver.recorded(inst).storage == resolver_mod.LEGACY
 
 
-@pytest.mark.parametrize('arrived', [True, False])
+@pytest.mark.parametrize('arrived, block_migration', [
+    (True, True),
+    # Issue 27, 4: the arrival record this host wrote was dropped by a
+    # stale copy of the instance saved during the migration: the disks
+    # were copied here all the same (files, on this host without pools).
+    (False, True),
+    (False, False)])
 def test_arrived_instance_records_where_its_disks_are(
-        make_driver, test_pools, arrived):  # noqa: F811
+        make_driver, test_pools, arrived, block_migration):  # noqa: F811
     drv = test_pools(make_driver(images_type='flat',
                                  use_storage_pools=False))
     inst = _instance(imgtype_backend='qcow2', imgtype_storage='pools',
@@ -440,9 +446,10 @@ def test_arrived_instance_records_where_its_disks_are(
     with mock.patch.object(STOCK, 'post_live_migration_at_destination'), \
             mock.patch.object(objects.Instance, 'get_by_uuid',
                               return_value=fresh):
-        drv.post_live_migration_at_destination(None, inst, None, None, None)
+        drv.post_live_migration_at_destination(None, inst, None,
+                                               block_migration, None)
     got = drv._resolver.recorded(inst)
-    if arrived:
+    if block_migration:
         assert (got.backend, got.native_formats, got.storage, got.pool) == (
             'qcow2', ('qcow2',), resolver_mod.LEGACY, '')
         assert resolver_mod.SYSMETA_ARRIVAL not in fresh.system_metadata
@@ -498,17 +505,41 @@ def test_shared_rbd_volumes_are_recorded_in_this_hosts_pool(
         'rbd', resolver_mod.POOLS, pools.DISKS_POOL)
 
 
-@pytest.mark.parametrize('probed, want', [('qcow2', 'qcow2'), ('raw', 'raw'),
-                                          ('iso', 'raw')])
-def test_volume_disk_info_gives_the_format_the_guest_reads(probed, want):
-    # A dir pool probes a config drive's ISO 9660 file as 'iso', which the
-    # destination's qemu-img cannot make: it is a raw disk to the guest.
+def _probed_volume(path, probed, backing='', capacity=1 << 30):
+    """A volume as a dir pool reports it after a refresh: the format and
+    backing file libvirt probed in the file."""
     vol = mock.Mock()
+    store = ("<backingStore><path>%s</path></backingStore>" % backing
+             if backing else '')
     vol.XMLDesc.return_value = (
-        "<volume><target><path>/d/%s_disk.config</path>"
-        "<format type='%s'/></target></volume>" % (UUID, probed))
-    vol.info.return_value = (0, 505856, 507904)
-    vol.path.return_value = '/d/%s_disk.config' % UUID
-    info = lm.volume_disk_info(vol)
-    assert info['type'] == want
+        "<volume><target><path>%s</path><format type='%s'/></target>%s"
+        "</volume>" % (path, probed, store))
+    vol.info.return_value = (0, capacity, 4096)
+    vol.path.return_value = path
+    return vol
+
+
+@pytest.mark.parametrize('probed', ['raw', 'iso', 'qcow2'])
+def test_a_raw_volume_is_raw_whatever_libvirt_probes_in_it(tmp_path,
+                                                           probed):
+    """Issue 27, 1: a guest writes a qcow2 header naming a host file (or
+    another image's cache name) into its raw disk; libvirt then reports
+    the volume as qcow2, backed by that file, of the header's size. The
+    destination must get the recorded format, no backing file to fetch,
+    and the file's own size."""
+    path = tmp_path / ('%s_disk.config' % UUID)
+    path.write_bytes(b'\0' * 505856)
+    vol = _probed_volume(str(path), probed,
+                         backing='/var/lib/nova/instances/_base/'
+                                 'another-tenants-image', capacity=1 << 40)
+    info = lm.volume_disk_info(vol, 'raw')
+    assert info['type'] == 'raw'
     assert (info['virt_disk_size'], info['backing_file']) == (505856, '')
+
+
+def test_a_qcow2_volume_names_its_template():
+    vol = _probed_volume('/d/%s_disk' % UUID, 'qcow2',
+                         backing='/i/_base/0123abcd', capacity=1 << 30)
+    info = lm.volume_disk_info(vol, 'qcow2')
+    assert (info['type'], info['backing_file'], info['virt_disk_size']) == (
+        'qcow2', '0123abcd', 1 << 30)

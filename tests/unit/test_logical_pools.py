@@ -93,12 +93,15 @@ def test_lvm_disk_is_a_whole_logical_volume_copied_from_the_template(
         '<volume><name>tmpl</name><capacity>1048576</capacity></volume>', 0)
     with mock.patch.object(pools.StoragePools, 'refresh'), \
             mock.patch.object(pools.StoragePools, 'copy') as copy, \
-            mock.patch('nova.virt.images.get_image_format'), \
+            mock.patch('nova.virt.images.get_image_format',
+                       return_value=mock.MagicMock(
+                           __str__=lambda _: 'raw')), \
             mock.patch('nova.virt.libvirt.imagebackend.'
                        '_update_utime_ignore_eacces'), \
             mock.patch.object(disk, 'verify_base_size'):
         disk.create_image(mock.Mock(), str(base), 2 * 1024 ** 3)
-    (pool, name, source, fmt, capacity), kw = copy.call_args
+    (pool, name, source, source_format, fmt, capacity), kw = copy.call_args
+    assert source_format == 'raw'     # as Nova's inspector read it
     assert pool.name() == pools.DISKS_POOL
     assert name == '%s_disk' % inst.uuid
     assert source.name() == template.name()

@@ -155,7 +155,7 @@ def test_copies_are_sparse_unless_preallocated(sp, tmp_path, preallocate,
     _, disks = pools.default_specs(str(tmp_path))
     pool = sp.ensure(disks)
     src = sp.create_cow(pool, 'src', '/t', 'raw', 1 << 20)
-    vol = sp.copy(pool, 'copy', src, 'raw', 1 << 30,
+    vol = sp.copy(pool, 'copy', src, 'qcow2', 'raw', 1 << 30,
                   preallocate=preallocate)
     xml = etree.fromstring(vol.XMLDesc(0))
     assert int(xml.findtext('allocation')) == expected

@@ -201,10 +201,31 @@ def test_adopted_files_keep_their_format_in_the_pool(conf, resolver,
     conf.config(group='libvirt', images_type='lvm', use_storage_pools=True,
                 images_volume_group='vg')
     legacy = resolver_mod.BackendDecision('qcow2', ('qcow2',))
-    got = resolver.adopted(legacy, file_format)
+    got = resolver.adopted(legacy, {'disk': file_format,
+                                    'disk.local': file_format})
     # The dir pool of a host whose own images_type is lvm.
     assert got == resolver_mod.BackendDecision(
         backend, ('qcow2',), resolver_mod.POOLS, 'nova-disks-pool-dir')
+    assert got.volume_format('disk.local') == file_format
+
+
+def test_adopted_files_of_mixed_formats_keep_each_its_own(conf, resolver):
+    """Issue 27, 2: a Flat instance with a qcow2 root and a raw ephemeral
+    disk; every disk was given the root's format."""
+    conf.config(group='libvirt', images_type='qcow2', use_storage_pools=True)
+    legacy = resolver_mod.BackendDecision('flat')
+    got = resolver.adopted(legacy, {'disk': 'qcow2', 'disk.local': 'raw',
+                                    'disk.swap': 'raw'})
+    assert got.backend == 'qcow2'
+    assert [got.volume_format(n) for n in ('disk', 'disk.local',
+                                           'disk.swap', 'disk.config')] == [
+        'qcow2', 'raw', 'raw', 'raw']
+    # What is recorded reads back the same.
+    inst = objects.Instance(uuid=str(uuid.uuid4()), system_metadata={})
+    resolver.record(inst, got)
+    assert resolver.recorded(inst) == got
+    assert inst.system_metadata['imgtype_disk_formats'] == (
+        'disk.local=raw,disk.swap=raw')
 
 
 @pytest.mark.parametrize('pooled,storage', [(True, resolver_mod.POOLS),

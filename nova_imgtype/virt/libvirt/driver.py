@@ -29,6 +29,7 @@ from oslo_log import log as logging
 import nova_imgtype.conf
 from nova_imgtype import compat
 from nova_imgtype import exception
+from nova_imgtype import record as record_mod
 from nova_imgtype import traits
 from nova_imgtype.virt.libvirt import backends
 from nova_imgtype.virt.libvirt import driver_images
@@ -46,7 +47,7 @@ LOG = logging.getLogger(__name__)
 
 #: The image the instance's disks were last made from: what a refused
 #: rebuild puts back (the API has already replaced ``image_ref``).
-SYSMETA_IMAGE = 'imgtype_image_ref'
+SYSMETA_IMAGE = record_mod.IMAGE
 CONF: cfg.ConfigOpts = nova_imgtype.conf.CONF
 
 
@@ -188,7 +189,7 @@ class LibvirtDriver(driver_images.Images, driver_live.LiveMigration,
         host, recorded in the instance (not saved)."""
         decision = self._resolver.decide(disk_format)
         self._resolver.record(instance, decision)
-        instance.system_metadata[SYSMETA_IMAGE] = instance.image_ref
+        record_mod.set_value(instance, SYSMETA_IMAGE, instance.image_ref)
         return decision
 
     def spawn(self, *args: Any, **kwargs: Any) -> None:
@@ -221,7 +222,7 @@ class LibvirtDriver(driver_images.Images, driver_live.LiveMigration,
             self._resolver.ensure_served(instance, CONF.host)
             self._use_this_hosts_pool(instance)
             # Saved by the compute manager once the disks are made.
-            instance.system_metadata[SYSMETA_IMAGE] = instance.image_ref
+            record_mod.set_value(instance, SYSMETA_IMAGE, instance.image_ref)
         super().spawn(*args, **kwargs)
 
     def rebuild(self, *args: Any, **kwargs: Any) -> None:
@@ -264,7 +265,7 @@ class LibvirtDriver(driver_images.Images, driver_live.LiveMigration,
         puts them back only on its own NoValidHost. Left so, every later
         move would be scheduled for the refused image's format.
         """
-        orig = instance.system_metadata.get(SYSMETA_IMAGE)
+        orig = record_mod.get_value(instance, SYSMETA_IMAGE)
         if not orig or orig == instance.image_ref:
             return
         try:

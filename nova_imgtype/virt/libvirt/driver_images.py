@@ -12,9 +12,11 @@ import os
 from typing import Any
 
 import nova.privsep.path
+from nova import exception as nova_exception
 from nova import objects
 from nova import utils
 from nova.compute import task_states
+from nova.i18n import _
 from nova.image import glance
 from nova.virt import images
 from nova.virt.libvirt import driver as libvirt_driver
@@ -60,6 +62,13 @@ class Images(libvirt_driver.LibvirtDriver):
         filename: str = call['filename']
         image_id: str = call['image_id']
         instance: objects.Instance = call['instance']
+        if not imagecache.is_cache_fname_of(filename, image_id):
+            # A name read from a disk (a live block migration's backing
+            # file): the image goes under its own name or nowhere, never
+            # under another image's.
+            raise nova_exception.InvalidDiskInfo(reason=_(
+                'template name %(name)s is not a cache name of image '
+                '%(image)s') % {'name': filename, 'image': image_id})
         decision = self._resolver.decision_for(instance)
         native: str | None = None
         if decision.native_formats:

@@ -128,10 +128,12 @@ class LiveMigration(libvirt_driver.LibvirtDriver):
             'get_instance_disk_info', self, args, kwargs)['instance']
         info = jsonutils.loads(super().get_instance_disk_info(
             *args, **kwargs))
+        decision = self._resolver.decision_for(instance)
         for disk in self._local_disks(instance, with_config_drive=True):
             if disk.source_type == 'volume':
                 info.append(live_migration.volume_disk_info(
-                    self._local_volume(instance, disk)))
+                    self._local_volume(instance, disk),
+                    decision.volume_format(disk.name)))
         return jsonutils.dumps(info)
 
     def _local_disks(self, instance: objects.Instance, guest: Any = None,
@@ -324,7 +326,11 @@ class LiveMigration(libvirt_driver.LibvirtDriver):
         decision = self._resolver.recorded(instance)
         if decision is None:
             return
-        if self._end_arrival(call['context'], instance) is None:
+        self._end_arrival(call['context'], instance)
+        # Stock's own word on whether the disks were copied here, not the
+        # arrival record: a stale copy of the instance saved elsewhere
+        # during the migration may have dropped it.
+        if not call['block_migration']:
             # Shared storage: the disks are where they were, in this host's
             # pool of the same storage (an rbd pool may have another name
             # here).

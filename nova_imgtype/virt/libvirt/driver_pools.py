@@ -14,7 +14,6 @@ from typing import Any
 
 from nova import objects
 from nova.storage import rbd_utils
-from nova.virt import images
 from nova.virt.libvirt import driver as libvirt_driver
 from nova.virt.libvirt import utils as libvirt_utils
 from oslo_config import cfg
@@ -104,9 +103,14 @@ class PoolDisks(libvirt_driver.LibvirtDriver):
         names = pool_dir.legacy_files(instance_dir)
         if not names:
             return
-        fmt = images.qemu_img_info(
-            os.path.join(instance_dir, names[0])).file_format
-        moved = self._resolver.adopted(decision, fmt)
+        # Each file in the format stock recorded for it, never one probed
+        # from its bytes (the guest's).
+        formats = pool_dir.legacy_formats(instance_dir, names)
+        if formats is None:
+            LOG.warning('Disks %s stay files: their formats are not all '
+                        'recorded', ', '.join(names), instance=instance)
+            return
+        moved = self._resolver.adopted(decision, formats)
         # Recorded before any file moves: after a crash the record says
         # "pools" and the next start finishes the move
         # (_finish_interrupted_moves); a failure puts both back.

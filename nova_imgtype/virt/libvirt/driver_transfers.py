@@ -216,7 +216,11 @@ class Transfers(libvirt_driver.LibvirtDriver):
         pool_dir = pools_mod.pool_target(pool)
         inst_base = libvirt_utils.get_instance_path(instance)
         inst_base_resize = inst_base + '_resize'
-        vols = [(v.name(), pools_mod.volume_format(v))
+        # Each volume in its recorded format, never the one libvirt probes
+        # in the bytes of a raw volume (the guest's).
+        decision = self._resolver.decision_for(instance)
+        vols = [(v.name(), decision.volume_format(
+                    v.name()[len(instance.uuid) + 1:]))
                 for v in self._pools.volumes(pool, instance.uuid + '_')
                 if not v.name().endswith('.rescue')]
         # Stopped before its volumes are read; stock's own power_off that

@@ -122,7 +122,8 @@ class Backend(imagebackend.Backend):
                 return self._storage_class(decision.pool)(
                     instance=instance, disk_name=name,
                     disk_info_mapping=disk_info_mapping, pools=self.pools,
-                    volume_format=storage.VOLUME_FORMATS[decision.backend],
+                    volume_format=decision.volume_format(
+                        os.path.basename(name)),
                     pool_name=decision.pool)
             image_type = decision.backend
         elif (decision.storage == resolver_mod.POOLS and
@@ -130,7 +131,8 @@ class Backend(imagebackend.Backend):
             return self._storage_class(decision.pool)(
                 instance=instance, disk_name=name,
                 disk_info_mapping=disk_info_mapping, pools=self.pools,
-                volume_format='raw', pool_name=decision.pool)
+                volume_format=decision.volume_format(os.path.basename(name)),
+                pool_name=decision.pool)
         return self.backend(image_type)(
             instance=instance, disk_name=name,
             disk_info_mapping=disk_info_mapping)

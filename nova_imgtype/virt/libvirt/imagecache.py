@@ -40,6 +40,14 @@ def is_native_cache_fname(filename: str, image_id: str) -> bool:
     return filename.startswith(prefix) and not filename[len(prefix):].isdigit()
 
 
+def is_cache_fname_of(filename: str, image_id: str) -> bool:
+    """Whether ``filename`` is a cache name of the image ``image_id``:
+    stock's ``<sha1(image_id)>``, or the same followed by ``_`` and a
+    suffix (a native format, or an old Nova's resized base)."""
+    stock = imagecache.get_cache_fname(image_id)
+    return filename == stock or filename.startswith(stock + '_')
+
+
 def template_name(native_formats: tuple[str, ...], image_id: str,
                   disk_format: str | None) -> tuple[str, str | None]:
     """The cache file name of an image for a backend using

@@ -24,8 +24,10 @@ template, a raw disk stays raw.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+import stat
 from collections.abc import Callable
 from collections.abc import Iterator
 from typing import Any
@@ -138,21 +140,32 @@ def arriving_disk_info(disk_info: list[dict[str, Any]], instance_uuid: str,
         for info in disk_info]
 
 
-def volume_disk_info(vol: Any) -> dict[str, Any]:
-    """A volume as an entry of stock's ``get_instance_disk_info``: type
-    (format), path, virtual and allocated sizes, and the basename of its
-    backing file (the template) when it is an overlay."""
-    root = etree.fromstring(vol.XMLDesc(0))
+def volume_disk_info(vol: Any, fmt: str) -> dict[str, Any]:
+    """A volume as an entry of stock's ``get_instance_disk_info``: its
+    recorded format ``fmt`` (what the guest's XML gives QEMU), path,
+    virtual and allocated sizes, and the basename of its backing file (the
+    template) when it is a qcow2 overlay.
+
+    Nothing is taken from what libvirt probed in a raw volume, whose bytes
+    the guest writes: a raw volume is as large as its file and has no
+    backing file, whatever header the guest wrote into it. A qcow2
+    volume's header (its size, its backing file) is not the guest's to
+    write.
+    """
     _kind, capacity, allocation = vol.info()
-    fmt = root.find('target/format')
-    kind = fmt.get('type') if fmt is not None else 'raw'
-    return {# A dir pool probes an ISO 9660 file (a config drive) as 'iso':
-            # raw to the guest, and to qemu-img, which makes the empty one.
-            'type': 'raw' if kind == 'iso' else kind,
+    backing = ''
+    if fmt == 'qcow2':
+        root = etree.fromstring(vol.XMLDesc(0))
+        backing = os.path.basename(root.findtext('backingStore/path') or '')
+    else:
+        with contextlib.suppress(OSError):
+            st = os.stat(vol.path())
+            if stat.S_ISREG(st.st_mode):
+                capacity = st.st_size
+    return {'type': fmt,
             'path': vol.path(),
             'virt_disk_size': capacity,
-            'backing_file': os.path.basename(
-                root.findtext('backingStore/path') or ''),
+            'backing_file': backing,
             'disk_size': allocation,
             'over_committed_disk_size': max(0, capacity - allocation)}
 

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from oslo_log import log as logging
+from oslo_serialization import jsonutils
 from oslo_utils import excutils
 
 from nova_imgtype import exception
@@ -27,6 +28,8 @@ LOG = logging.getLogger(__name__)
 
 #: Legacy instance disk files that move into a dir pool.
 LEGACY_DISK = re.compile(r'^disk(\.local|\.swap|\.eph\d+)?$')
+#: Stock's record of its disk files' formats, in the instance directory.
+DISK_INFO = 'disk.info'
 
 
 def legacy_files(instance_dir: str) -> list[str]:
@@ -35,6 +38,30 @@ def legacy_files(instance_dir: str) -> list[str]:
         return []
     return sorted(n for n in os.listdir(instance_dir)
                   if LEGACY_DISK.match(n))
+
+
+def legacy_formats(instance_dir: str,
+                   names: Sequence[str]) -> dict[str, str] | None:
+    """The format of each of the legacy disk files ``names``, as stock
+    recorded it when it made the disk (``disk.info`` in the instance
+    directory, keyed by path); None when a file has no entry there (its
+    format would have to be probed from its bytes, which the guest writes)
+    or the file cannot be read.
+    """
+    try:
+        with open(os.path.join(instance_dir, DISK_INFO)) as f:
+            recorded = jsonutils.loads(f.read().strip() or '{}')
+    except (OSError, ValueError) as e:
+        LOG.warning('%s cannot be read: %s', DISK_INFO, e)
+        return None
+    formats = {}
+    for name in names:
+        fmt = recorded.get(os.path.join(instance_dir, name))
+        if not isinstance(fmt, str) or not fmt:
+            LOG.warning('%s records no format for %s', DISK_INFO, name)
+            return None
+        formats[name] = fmt
+    return formats
 
 
 def adopt(pool: Any, instance: Any, instance_dir: str,

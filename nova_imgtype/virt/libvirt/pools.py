@@ -217,9 +217,15 @@ class StoragePools:
         xml = _volume_xml(name, fmt, capacity)
         return self._create(pool, name, lambda: pool.createXML(xml, 0))
 
-    def copy(self, pool: Pool, name: str, source: Volume, fmt: str,
-             capacity: int, preallocate: bool = False) -> Volume:
-        """A full copy of ``source`` in format ``fmt``, grown to capacity.
+    def copy(self, pool: Pool, name: str, source: Volume, source_format: str,
+             fmt: str, capacity: int, preallocate: bool = False) -> Volume:
+        """A full copy of ``source`` (in its recorded ``source_format``) in
+        format ``fmt``, grown to capacity.
+
+        libvirt reads a volume of a dir pool in the format it probed in the
+        file: one it reads otherwise than recorded is refused
+        (:class:`~nova_imgtype.exception.VolumeFormatMismatch`), never
+        followed.
 
         ``createXMLFrom`` converts between formats; libvirt ignores a larger
         capacity for some targets, so the copy is resized afterwards. The
@@ -229,9 +235,13 @@ class StoragePools:
         source's data extents copied in (:mod:`.sparse`), unless the source
         is not a regular file (a linked template's block device).
         """
+        source_dir = pool_type(source.storagePoolLookupByVolume()) == 'dir'
+        if source_dir and volume_format(source) != source_format:
+            raise exception.VolumeFormatMismatch(
+                volume=source.name(), recorded=source_format,
+                probed=volume_format(source))
         if (not preallocate and fmt == 'raw' and pool_type(pool) == 'dir'
-                and volume_format(source) == 'raw' and
-                pool_type(source.storagePoolLookupByVolume()) == 'dir' and
+                and source_format == 'raw' and source_dir and
                 sparse.is_regular_file(source.path())):
             return self._create(pool, name, lambda: self._copy_data(
                 pool, name, source, capacity))

@@ -23,18 +23,18 @@ from oslo_config import cfg
 from oslo_serialization import jsonutils
 
 from nova_imgtype import exception
-from nova_imgtype import sysmeta
+from nova_imgtype import record as record_mod
 from nova_imgtype.virt.libvirt import backends
 from nova_imgtype.virt.libvirt import mapping as mapping_mod
 from nova_imgtype.virt.libvirt import pools as pools_mod
 
-SYSMETA_BACKEND = sysmeta.BACKEND
-SYSMETA_NATIVE = sysmeta.NATIVE
-SYSMETA_STORAGE = sysmeta.STORAGE
-SYSMETA_POOL = sysmeta.POOL
-SYSMETA_ARRIVAL = sysmeta.ARRIVAL
-POOLS = 'pools'
-LEGACY = 'legacy'
+SYSMETA_BACKEND = record_mod.BACKEND
+SYSMETA_NATIVE = record_mod.NATIVE
+SYSMETA_STORAGE = record_mod.STORAGE
+SYSMETA_POOL = record_mod.POOL
+SYSMETA_ARRIVAL = record_mod.ARRIVAL
+POOLS = record_mod.POOLS
+LEGACY = record_mod.LEGACY
 #: Backends that storage pools implement: dir pools for the file formats,
 #: a logical pool for lvm, an rbd pool for rbd.
 POOL_BACKENDS = frozenset(pools_mod.POOL_TYPES)
@@ -53,18 +53,7 @@ RAW_FORMATS = frozenset(('raw', 'ami', 'ari', 'aki', 'iso'))
 CONVERTIBLE_FORMATS = frozenset(('vmdk', 'vdi', 'vhd', 'vhdx'))
 
 
-@dataclasses.dataclass(frozen=True)
-class BackendDecision:
-    """An instance's backend and the formats it uses in their own format."""
-
-    backend: str
-    native_formats: tuple[str, ...] = ()
-    storage: str = LEGACY
-    #: The disks pool of a pool instance ('' for legacy storage).
-    pool: str = ''
-
-    def is_native(self, disk_format: str | None) -> bool:
-        return disk_format is not None and disk_format in self.native_formats
+BackendDecision = record_mod.BackendDecision
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,30 +194,15 @@ class BackendResolver:
         assumed = _ASSUMED.get()
         if assumed is not None and assumed[0] == instance.uuid:
             return assumed[1]
-        meta = instance.system_metadata
-        backend = meta.get(SYSMETA_BACKEND)
-        if not backend:
-            return None
-        native = meta.get(SYSMETA_NATIVE) or ''
-        storage = meta.get(SYSMETA_STORAGE) or LEGACY
         # Pool instances recorded before pool names were: nova-disks-pool.
-        pool = (meta.get(SYSMETA_POOL) or pools_mod.DISKS_POOL
-                if storage == POOLS else '')
-        return BackendDecision(
-            backend, tuple(f for f in native.split(',') if f), storage, pool)
+        return record_mod.read(instance.system_metadata,
+                               pools_mod.DISKS_POOL)
 
     @staticmethod
     def record(instance: objects.Instance,
                decision: BackendDecision) -> None:
         """Record the decision in the instance (the caller saves it)."""
-        instance.system_metadata[SYSMETA_BACKEND] = decision.backend
-        instance.system_metadata[SYSMETA_NATIVE] = ','.join(
-            decision.native_formats)
-        instance.system_metadata[SYSMETA_STORAGE] = decision.storage
-        if decision.pool:
-            instance.system_metadata[SYSMETA_POOL] = decision.pool
-        else:
-            instance.system_metadata.pop(SYSMETA_POOL, None)
+        record_mod.write(instance, decision)
 
     @staticmethod
     @contextlib.contextmanager
@@ -259,13 +233,20 @@ class BackendResolver:
         return self.with_storage(decision, self.storage_for(decision.backend))
 
     def adopted(self, decision: BackendDecision,
-                file_format: str) -> BackendDecision:
-        """A legacy instance whose disk files (of ``file_format``) this
-        host's dir pool adopts as they are: a qcow2 file is a qcow2
-        volume, anything else a raw one (``flat``)."""
-        backend = 'qcow2' if file_format == 'qcow2' else 'flat'
+                file_formats: dict[str, str]) -> BackendDecision:
+        """A legacy instance whose disk files this host's dir pool adopts
+        as they are, each in its format as stock recorded it
+        (``file_formats``, from its ``disk.info``): the instance is
+        ``qcow2`` when its root disk is a qcow2 file, ``flat`` otherwise,
+        and each disk of another format than that backend's is recorded
+        with its own."""
+        backend = 'qcow2' if file_formats.get('disk') == 'qcow2' else 'flat'
+        adopted = dataclasses.replace(decision, backend=backend,
+                                      disk_formats=())
+        own = tuple((name, fmt) for name, fmt in sorted(file_formats.items())
+                    if adopted.volume_format(name) != fmt)
         return self.with_storage(
-            dataclasses.replace(decision, backend=backend), POOLS)
+            dataclasses.replace(adopted, disk_formats=own), POOLS)
 
     def made_anew(self, decision: BackendDecision) -> BackendDecision:
         """An instance whose disks this host makes anew (unshelve): where
@@ -279,9 +260,9 @@ class BackendResolver:
         """Record where ``host`` makes the instance's disks for a live
         migration: ``decision`` there, the disks in ``directory`` (the
         caller saves the instance)."""
-        instance.system_metadata[SYSMETA_ARRIVAL] = jsonutils.dumps(
+        record_mod.set_value(instance, SYSMETA_ARRIVAL, jsonutils.dumps(
             {'host': host, 'storage': decision.storage,
-             'pool': decision.pool, 'directory': directory})
+             'pool': decision.pool, 'directory': directory}))
 
     @staticmethod
     def recorded_arrival(instance: objects.Instance,
@@ -289,7 +270,7 @@ class BackendResolver:
         """(storage, directory) recorded by :meth:`record_arrival` for
         ``host``; None if ``host`` recorded nothing (it does not run
         nova-imgtype, or the migration never reached it)."""
-        raw = instance.system_metadata.get(SYSMETA_ARRIVAL)
+        raw = record_mod.get_value(instance, SYSMETA_ARRIVAL)
         if not raw:
             return None
         arrival = jsonutils.loads(raw)
@@ -301,7 +282,7 @@ class BackendResolver:
     def drop_arrival(instance: objects.Instance) -> bool:
         """Forget the arrival record (the caller saves the instance if this
         returns True)."""
-        return instance.system_metadata.pop(SYSMETA_ARRIVAL, None) is not None
+        return record_mod.set_value(instance, SYSMETA_ARRIVAL, None)
 
     def decision_for(self, instance: objects.Instance) -> BackendDecision:
         """The instance's decision: recorded, or stock's for legacy ones."""

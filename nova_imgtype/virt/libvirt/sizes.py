@@ -224,6 +224,14 @@ def guest_format(inspector: Any) -> str | None:
     return 'qcow2' if fmt == 'qcow2' else None
 
 
+def template_format(inspector: Any) -> str:
+    """The format of a template that passed the safety check
+    (:func:`checked_template`), as Nova's inspector identified it: ``raw``
+    or ``qcow2`` as qemu reads them (:func:`guest_format`), the
+    inspector's name of any other."""
+    return guest_format(inspector) or str(inspector)
+
+
 class InProcessSizes:
     """For a stock image backend (first in its bases): ``get_disk_size``
     of a raw or qcow2 file read in this process, stock's ``qemu-img info``

@@ -22,12 +22,14 @@ from typing import Any
 
 from nova import exception as nova_exception
 from nova.i18n import _
+from nova.virt import images
 from nova.virt.image import model as imgmodel
 from nova.virt.libvirt import imagebackend
 from oslo_config import cfg
 from oslo_log import log as logging
 from oslo_utils import strutils
 
+from nova_imgtype import record
 from nova_imgtype.virt.libvirt import config
 from nova_imgtype.virt.libvirt import pools as pools_mod
 from nova_imgtype.virt.libvirt import sizes
@@ -36,8 +38,7 @@ LOG = logging.getLogger(__name__)
 CONF = cfg.CONF
 
 #: Volume format of each file backend when it is implemented by pools.
-VOLUME_FORMATS = {'qcow2': 'qcow2', 'raw': 'raw', 'flat': 'raw',
-                  'lvm': 'raw', 'rbd': 'raw'}
+VOLUME_FORMATS = record.VOLUME_FORMATS
 
 
 class LibvirtStorage(sizes.InProcessSizes, imagebackend.Image):
@@ -108,8 +109,11 @@ class LibvirtStorage(sizes.InProcessSizes, imagebackend.Image):
         """Make the volume from the template ``base`` in the cache pool."""
         if not os.path.exists(base):
             prepare_template(*args, target=base, **kwargs)
+        # The template's format as Nova's inspector found it when it passed
+        # the safety check; never libvirt's reading of it.
+        base_format: str | None = None
         if not CONF.workarounds.disable_deep_image_inspection and not safe:
-            sizes.checked_template(base)
+            base_format = sizes.template_format(sizes.checked_template(base))
         else:
             imagebackend._update_utime_ignore_eacces(base)
         self.verify_base_size(base, size)
@@ -123,7 +127,10 @@ class LibvirtStorage(sizes.InProcessSizes, imagebackend.Image):
             # reads every template's header: only then).
             cache.refresh(0)
             template = cache.storageVolLookupByName(name)
-        base_format = pools_mod.volume_format(template)
+        if base_format is None:
+            # Deep inspection off (or a template made here, ``safe``): as
+            # stock, the format found in the file.
+            base_format = pools_mod.volume_format(template)
         capacity = max(size or 0, template.info()[1])
         self._make_volume(template, base, base_format, capacity)
 
@@ -139,7 +146,7 @@ class LibvirtStorage(sizes.InProcessSizes, imagebackend.Image):
         else:
             # A logical volume is allocated whole: a thin one (allocation
             # below capacity) would be an LVM snapshot.
-            self.pools.copy(disks, self.volume_name, template,
+            self.pools.copy(disks, self.volume_name, template, base_format,
                             self.volume_format if kind == 'dir' else '',
                             capacity,
                             preallocate=self.preallocate or kind == 'logical')
@@ -166,18 +173,27 @@ class LibvirtStorage(sizes.InProcessSizes, imagebackend.Image):
             vol.resize(size, 0)
 
     def snapshot_extract(self, target: str, out_format: str) -> None:
-        """Copy the disk into ``target`` through a temporary dir pool.
+        """Copy the disk into ``target``, read in its recorded format.
 
-        The temporary pool is removed on success and on failure; the file
-        written stays for the caller to upload.
+        A volume of a dir pool is a file that libvirt would read in the
+        format it probes in it (a raw volume's bytes are the guest's): it
+        is converted as stock's ``Flat`` converts its disk, by
+        ``qemu-img convert`` naming the volume's recorded format. Other
+        volumes (raw by nature) go through a temporary dir pool, removed on
+        success and on failure; the file written stays for the caller to
+        upload.
         """
+        if self.pool_type == 'dir':
+            images.convert_image(self._volume().path(), target,
+                                 self.volume_format, out_format)
+            return
         spec = pools_mod.PoolSpec('nova-snapshot-%s' % uuid.uuid4().hex,
                                   'dir', os.path.dirname(target))
         pool = self.pools.ensure(spec, autostart=False)
         try:
             vol = self._volume()
-            self.pools.copy(pool, os.path.basename(target), vol, out_format,
-                            vol.info()[1])
+            self.pools.copy(pool, os.path.basename(target), vol,
+                            self.volume_format, out_format, vol.info()[1])
         finally:
             pool.destroy()
             pool.undefine()

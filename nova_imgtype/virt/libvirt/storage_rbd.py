@@ -50,7 +50,8 @@ class RbdStorage(storage.LibvirtStorage):
         ``createXMLFrom`` within a pool is an RBD clone)."""
         disks = self._pool
         template = self._rbd_template(disks, base, base_format)
-        self.pools.copy(disks, self.volume_name, template, '', capacity)
+        self.pools.copy(disks, self.volume_name, template, 'raw', '',
+                        capacity)
 
     def _rbd_template(self, disks: Any, base: str, base_format: str) -> Any:
         """The cached template's copy in the rbd pool: uploaded once in the

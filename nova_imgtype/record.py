@@ -1,0 +1,166 @@
+"""What nova-imgtype records with an instance: the only reader and writer
+of its ``imgtype_*`` system metadata.
+
+The record says, for the instance's whole life, which image backend its
+disks are on, which image formats it uses in their own format, whether the
+disks are stock's files or volumes of a storage pool (and which pool), and
+the format of each disk. Every decision about an instance's disks is taken
+from here (or, for an instance from before nova-imgtype, from stock's
+``disk.info``), never from what libvirt or ``qemu-img`` find in the bytes
+of a disk, which the guest writes.
+
+The compute side decides (:mod:`nova_imgtype.virt.libvirt.resolver`) and
+asks this module to write; the scheduler's request filters read the
+backend. Nothing here imports libvirt: scheduler nodes have none.
+
+Writers change ``instance.system_metadata`` only; the caller saves the
+instance, before the step that depends on what was written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+#: The instance's backend name.
+BACKEND = 'imgtype_backend'
+#: The disk formats the instance uses without conversion (comma separated;
+#: empty when its images are converted).
+NATIVE = 'imgtype_native_formats'
+#: 'pools' when the instance's disks are libvirt storage volumes
+#: (LibvirtStorage), 'legacy' for stock image files.
+STORAGE = 'imgtype_storage'
+#: The storage pool holding a pool instance's disks, recorded so that a
+#: later change of images_type never re-points them.
+POOL = 'imgtype_pool'
+#: The format of each disk whose format is not its backend's (a legacy
+#: instance's files adopted into a pool as they are):
+#: ``name=format`` pairs, comma separated.
+DISK_FORMATS = 'imgtype_disk_formats'
+#: Where the disks of an instance being live-migrated are made on the
+#: destination, written by the destination before the migration, read by
+#: the source to write the guest XML it sends there, and dropped by the
+#: destination when the migration ends.
+ARRIVAL = 'imgtype_live_migration_arrival'
+#: The image the instance's disks were last made from (a refused rebuild
+#: puts it back).
+IMAGE = 'imgtype_image_ref'
+
+#: Every key of the record.
+KEYS = (BACKEND, NATIVE, STORAGE, POOL, DISK_FORMATS, ARRIVAL, IMAGE)
+
+POOLS = 'pools'
+LEGACY = 'legacy'
+
+#: Volume format of each backend's disks when pools implement it.
+VOLUME_FORMATS = {'qcow2': 'qcow2', 'raw': 'raw', 'flat': 'raw',
+                  'lvm': 'raw', 'rbd': 'raw'}
+#: Disks stock always makes raw, whatever the backend: the config drive
+#: (``disk.config``, and a rescue's), the kernel and the ramdisk.
+RAW_DISKS = ('disk.config', 'kernel', 'ramdisk')
+
+#: Nova keeps a system metadata value in 255 characters.
+_MAX_VALUE = 255
+
+
+@dataclasses.dataclass(frozen=True)
+class BackendDecision:
+    """An instance's backend and the formats it uses in their own format."""
+
+    backend: str
+    native_formats: tuple[str, ...] = ()
+    storage: str = LEGACY
+    #: The disks pool of a pool instance ('' for legacy storage).
+    pool: str = ''
+    #: Per disk name, a format other than the backend's (adopted files).
+    disk_formats: tuple[tuple[str, str], ...] = ()
+
+    def is_native(self, disk_format: str | None) -> bool:
+        return disk_format is not None and disk_format in self.native_formats
+
+    def volume_format(self, disk_name: str) -> str:
+        """The format of the instance's volume of disk ``disk_name``
+        (``disk``, ``disk.local``, ``disk.config``, ...): as recorded for
+        that disk, else raw for the disks stock makes raw, else the
+        backend's."""
+        own = dict(self.disk_formats).get(disk_name)
+        if own:
+            return own
+        if disk_name.startswith(RAW_DISKS):
+            return 'raw'
+        return VOLUME_FORMATS.get(self.backend, 'raw')
+
+
+def read(meta: Mapping[str, str], default_pool: str) -> BackendDecision | None:
+    """The decision recorded in system metadata ``meta``; None for an
+    instance from before nova-imgtype.
+
+    :param default_pool: the pool of a pool instance recorded before pool
+        names were.
+    """
+    backend = meta.get(BACKEND)
+    if not backend:
+        return None
+    native = meta.get(NATIVE) or ''
+    storage = meta.get(STORAGE) or LEGACY
+    pool = (meta.get(POOL) or default_pool) if storage == POOLS else ''
+    return BackendDecision(
+        backend, tuple(f for f in native.split(',') if f), storage, pool,
+        _parse_disk_formats(meta.get(DISK_FORMATS) or ''))
+
+
+def write(instance: Any, decision: BackendDecision) -> None:
+    """Record ``decision`` in the instance (the caller saves it)."""
+    meta = instance.system_metadata
+    meta[BACKEND] = decision.backend
+    meta[NATIVE] = ','.join(decision.native_formats)
+    meta[STORAGE] = decision.storage
+    _set(meta, POOL, decision.pool)
+    _set(meta, DISK_FORMATS, _dump_disk_formats(decision.disk_formats))
+
+
+def backend(meta: Mapping[str, str]) -> str | None:
+    """The recorded backend name (what the scheduler asks for)."""
+    return meta.get(BACKEND) or None
+
+
+def set_value(instance: Any, key: str, value: str | None) -> bool:
+    """Set (or with None, drop) one of :data:`KEYS` that is not part of the
+    decision; returns whether the record changed."""
+    if key not in KEYS:
+        raise KeyError(key)
+    meta = instance.system_metadata
+    before = meta.get(key)
+    _set(meta, key, value)
+    return meta.get(key) != before
+
+
+def get_value(instance: Any, key: str) -> str | None:
+    if key not in KEYS:
+        raise KeyError(key)
+    value: str | None = instance.system_metadata.get(key)
+    return value
+
+
+def _set(meta: Any, key: str, value: str | None) -> None:
+    if value:
+        if len(value) > _MAX_VALUE:
+            raise ValueError('%s: %d characters, Nova keeps %d' % (
+                key, len(value), _MAX_VALUE))
+        meta[key] = value
+    else:
+        meta.pop(key, None)
+
+
+def _parse_disk_formats(value: str) -> tuple[tuple[str, str], ...]:
+    pairs = []
+    for item in value.split(','):
+        name, sep, fmt = item.partition('=')
+        if sep and name and fmt:
+            pairs.append((name, fmt))
+    return tuple(sorted(pairs))
+
+
+def _dump_disk_formats(pairs: tuple[tuple[str, str], ...]) -> str:
+    return ','.join('%s=%s' % p for p in sorted(pairs))
