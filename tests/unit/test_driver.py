@@ -21,6 +21,7 @@ from nova.virt import fake
 from nova.virt.libvirt import driver as stock_driver
 from nova.virt.libvirt import imagecache as nova_imagecache
 from nova.virt.libvirt import utils as libvirt_utils
+from oslo_serialization import jsonutils
 
 from nova_imgtype import exception
 from nova_imgtype.virt.libvirt import driver as imgtype_driver
@@ -577,3 +578,26 @@ def test_rebuild_keeps_the_storage_of_the_instance(make_driver):
     with mock.patch.object(STOCK, 'spawn'):
         drv.spawn(None, inst, meta, [], None, {})
     assert inst.system_metadata['imgtype_storage'] == 'legacy'
+
+
+@pytest.mark.parametrize('sysmeta,converted', [
+    # Recorded flat: its raw files stay raw, as its guest XML says (issue
+    # 33, 1: stock converted them to qcow2 under a raw XML).
+    ({'imgtype_backend': 'flat', 'imgtype_storage': 'legacy'}, False),
+    # Recorded qcow2: stock's qcow2 backend takes its disks for qcow2.
+    ({'imgtype_backend': 'qcow2', 'imgtype_storage': 'legacy'}, True),
+    # Not recorded: stock's behaviour.
+    ({}, True)])
+def test_a_cold_move_converts_only_what_the_record_says(
+        make_driver, tmp_path, sysmeta, converted):
+    drv = make_driver(images_type='qcow2', use_storage_pools=False)
+    inst = _instance(**sysmeta)
+    disks = []
+    for name in ('disk', 'disk.local'):
+        (tmp_path / name).write_bytes(b'')
+        disks.append({'type': 'raw', 'path': str(tmp_path / name)})
+    with mock.patch.object(STOCK, 'finish_migration') as stock:
+        drv.finish_migration(None, mock.Mock(), inst, jsonutils.dumps(disks),
+                             None, None, False, {})
+    handed = jsonutils.loads(stock.call_args[0][3])
+    assert handed == (disks if converted else [])

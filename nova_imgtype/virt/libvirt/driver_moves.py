@@ -131,10 +131,17 @@ class ColdMoves(driver_transfers.Transfers):
             # Transition: the legacy files just copied here go into the pool
             # before the guest starts.
             self._move_to_pools(instance)
-        # Stock rewrites raw disks listed here as qcow2 when use_cow_images;
-        # the format of a volume is the instance's, leave volumes alone.
+        # Stock rewrites raw disks listed here as qcow2 when use_cow_images,
+        # because it cannot tell one instance's layout from the host's
+        # default. The record can: a volume's format is the instance's, and
+        # so is a file's of an instance recorded on another backend than
+        # qcow2 (its raw disks stay raw, as its guest XML and disk.info
+        # say). Only the disks of a qcow2 instance are left to stock.
+        recorded = self._resolver.recorded(instance)
         infos = [i for i in infos
-                 if 'volume' not in i and os.path.exists(i['path'])]
+                 if 'volume' not in i and os.path.exists(i['path']) and
+                 (recorded is None or recorded.backend == 'qcow2' or
+                  i.get('type') != 'raw')]
         args, kwargs = call.replaced(disk_info=jsonutils.dumps(infos))
         super().finish_migration(*args, **kwargs)
 
