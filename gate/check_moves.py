@@ -62,8 +62,9 @@ def _move(cloud: B.Cloud, conn: Any, res: Mapping[str, Any],
         else:
             conn.compute.confirm_server_resize(server)
         server = B.wait(conn, server, 'SHUTOFF')
-        c, path, kind = B.disk(cloud, server)
-        got = image.read_marker(path, len(marker), argv_prefix=c['nsenter'])
+        c, path, kind, fmt = B.disk(cloud, server)
+        got = image.read_marker(path, len(marker), fmt=fmt,
+                                argv_prefix=c['nsenter'])
         if got != marker:
             raise B.CheckFailed('after the move to %s and %s, the disk %s on '
                                 '%s reads %r, not %r' % (
@@ -128,12 +129,23 @@ def _live_migrate(cloud: B.Cloud, conn: Any, server: Any, to: str,
     if B.host_of(server) != to:
         raise B.CheckFailed('live migration of %s from %s: on %s, not %s' % (
             server.id, source, B.host_of(server), to))
-    c, path, kind = B.disk(cloud, server)
-    got = image.read_marker(path, len(marker), argv_prefix=c['nsenter'])
+    c, path, kind, fmt = B.disk(cloud, server)
+    got = image.read_marker(path, len(marker), fmt=fmt,
+                            argv_prefix=c['nsenter'])
     if kind != want or got != marker:
         raise B.CheckFailed('after the live migration %s -> %s: a %s disk %s '
                           'reading %r (wanted a %s disk reading %r)' % (
                               source, to, kind, path, got, want, marker))
+    # The record says where the disks are now (issue 27, 4: no stale
+    # save by stock may lose what the destination wrote).
+    rec = B.record(server)
+    want_storage = 'pools' if want == 'volume' else 'legacy'
+    if (rec.get('imgtype_storage') != want_storage or
+            bool(rec.get('imgtype_pool')) != (want == 'volume') or
+            'imgtype_live_migration_arrival' in rec):
+        raise B.CheckFailed('after the live migration %s -> %s: the record '
+                            'of %s is %s, its disks are %s %ss' % (
+                                source, to, server.id, rec, fmt, want))
     there, got_digest = B.config_drive(cloud, server)
     if got_digest != digest:
         raise B.CheckFailed('after the live migration %s -> %s: the config '
@@ -143,10 +155,10 @@ def _live_migrate(cloud: B.Cloud, conn: Any, server: Any, to: str,
     if left:
         raise B.CheckFailed('after the live migration %s -> %s, left on %s: '
                           '%s' % (source, to, source, ', '.join(left)))
-    return server, ('%s -> %s: marker read back from the %s %s, config '
-                    'drive %s the same' % (
-                        source, to, kind, os.path.basename(path),
-                        os.path.basename(there)))
+    return server, ('%s -> %s: marker read back from the %s %s (%s), '
+                    'recorded %s, config drive %s the same' % (
+                        source, to, kind, os.path.basename(path), fmt,
+                        want_storage, os.path.basename(there)))
 
 
 def _running_marked(cloud: B.Cloud, conn: Any,
@@ -160,22 +172,30 @@ def _running_marked(cloud: B.Cloud, conn: Any,
 
 def check_live_migration(cloud: B.Cloud, conn: Any,
                          res: Mapping[str, Any]) -> str:
-    # A running pool instance (a qcow2 overlay volume) with a config drive
-    # (an ISO 9660 CD-ROM, which libvirt does not copy) to the host without
-    # pools, where its disks become files; back, into the pool again.
+    # In both directions, there and back: a running pool instance (a qcow2
+    # overlay volume) to the host without pools, where its disks become
+    # files, and back into the pool; a running instance of files (a raw
+    # flat disk) into the pool, and back to files. Each with a config
+    # drive (an ISO 9660 CD-ROM, which libvirt does not copy).
     pools_host, files_host = B.hosts(cloud)
-    server = B.boot(conn, res, 'qcow2', pools_host, config_drive=True)
-    try:
-        server, marker = _running_marked(cloud, conn, server)
-        logins = _ssh_sessions(cloud)
-        server, there = _live_migrate(cloud, conn, server, files_host,
-                                      marker, 'file')
-        server, back = _live_migrate(cloud, conn, server, pools_host,
-                                     marker, 'volume')
-        _no_ssh_since(cloud, logins, 'live, there and back')
-        return '%s; %s; no SSH' % (there, back)
-    finally:
-        conn.compute.delete_server(server)
+    said = []
+    for fmt, first, second, kinds in (
+            ('qcow2', files_host, pools_host, ('file', 'volume')),
+            ('raw', pools_host, files_host, ('volume', 'file'))):
+        start = second
+        server = B.boot(conn, res, fmt, start, config_drive=True)
+        try:
+            server, marker = _running_marked(cloud, conn, server)
+            logins = _ssh_sessions(cloud)
+            server, there = _live_migrate(cloud, conn, server, first,
+                                          marker, kinds[0])
+            server, back = _live_migrate(cloud, conn, server, second,
+                                         marker, kinds[1])
+            _no_ssh_since(cloud, logins, 'live, there and back')
+            said.append('%s; %s' % (there, back))
+        finally:
+            conn.compute.delete_server(server)
+    return '%s; no SSH' % '; '.join(said)
 
 
 # -- a compute without nova-imgtype -------------------------------------------
@@ -289,8 +309,9 @@ def check_stock_destination(cloud: B.Cloud, conn: Any,
         if B.host_of(server) != pools_host:
             raise B.CheckFailed('%s moved to %s' % (server.id,
                                                     B.host_of(server)))
-        c, path, kind = B.disk(cloud, server)
-        got = image.read_marker(path, len(marker), argv_prefix=c['nsenter'])
+        c, path, kind, fmt = B.disk(cloud, server)
+        got = image.read_marker(path, len(marker), fmt=fmt,
+                                argv_prefix=c['nsenter'])
         left = B.left_on(cloud, files_host, server)
         if got != marker or left:
             raise B.CheckFailed('after the refused moves: the %s %s reads '

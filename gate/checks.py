@@ -135,7 +135,7 @@ def check_disks(cloud: B.Cloud, conn: Any, res: Mapping[str, Any]) -> str:
                             ('raw', files_host, 'file')):
         server = B.boot(conn, res, fmt, host)
         try:
-            c, path, kind = B.disk(cloud, server)
+            c, path, kind, _fmt = B.disk(cloud, server)
             chain = B.chain(c, path)
             if kind != want:
                 raise B.CheckFailed('%s image on %s: a %s disk, not a %s' % (

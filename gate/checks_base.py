@@ -7,12 +7,16 @@ import json
 import os
 import subprocess
 import time
+import urllib.parse
 import uuid
 from collections.abc import Mapping
 from typing import Any
 from xml.etree import ElementTree
 
+import pymysql
+
 from gate import image
+from gate.cloud import layout as L
 
 Cloud = Mapping[str, Any]
 MARKER = b'nova-imgtype gate marker'
@@ -84,9 +88,11 @@ def host_of(server: Any) -> str:
 
 
 def disk(cloud: Cloud, server: Any,
-         device: str = 'disk') -> tuple[Mapping[str, Any], str, str]:
-    """(compute, path inside its namespace, kind) of the root disk (or of
-    the first ``device``, ``cdrom`` for a config drive)."""
+         device: str = 'disk') -> tuple[Mapping[str, Any], str, str, str]:
+    """(compute, path inside its namespace, kind, format) of the root disk
+    (or of the first ``device``, ``cdrom`` for a config drive). The format
+    is the one the domain gives QEMU (``<driver type>``): a guest's data
+    are read in it, never in a format probed from the disk's bytes."""
     c = compute(cloud, host_of(server))
     virsh = [*c['nsenter'], 'virsh', '-c', c['libvirt_uri']]
     xml = ElementTree.fromstring(run_cmd([*virsh, 'dumpxml',
@@ -94,24 +100,48 @@ def disk(cloud: Cloud, server: Any,
     disk = xml.find("./devices/disk[@device='%s']" % device)
     if disk is None:
         raise CheckFailed('no %s in the domain of %s' % (device, server.id))
+    driver = disk.find('driver')
+    fmt = driver.get('type', '') if driver is not None else ''
+    if not fmt:
+        raise CheckFailed('the %s of %s has no format in its domain' % (
+            device, server.id))
     source = disk.find('source')
     assert source is not None
     if disk.get('type') == 'volume':
         path = run_cmd([*virsh, 'vol-path', '--pool', source.get('pool', ''),
                      source.get('volume', '')]).strip()
-        return c, path, 'volume'
+        return c, path, 'volume', fmt
     path = source.get('file', '')
     # A volume named by its path (a live-migrated guest, until its next
     # start): libvirt knows the path as a volume of one of its pools.
     by_path = subprocess.run([*virsh, 'vol-name', path], capture_output=True,
                              text=True, check=False)
-    return c, path, 'volume' if by_path.returncode == 0 else 'file'
+    return c, path, 'volume' if by_path.returncode == 0 else 'file', fmt
+
+
+def record(server: Any) -> dict[str, str]:
+    """The server's nova-imgtype record (its ``imgtype_*`` system
+    metadata), read from the cell database: the API shows no system
+    metadata."""
+    url = urllib.parse.urlparse(L.db_url('nova').replace('mysql+pymysql',
+                                                         'mysql'))
+    conn = pymysql.connect(host=url.hostname, port=url.port,
+                           user=url.username, password=url.password,
+                           database=url.path.lstrip('/'))
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT `key`, `value` FROM instance_system_metadata"
+                        " WHERE instance_uuid = %s AND deleted = 0 AND "
+                        "`key` LIKE 'imgtype\\_%%'", (server.id,))
+            return {str(k): str(v) for k, v in cur.fetchall()}
+    finally:
+        conn.close()
 
 
 def config_drive(cloud: Cloud, server: Any) -> tuple[str, str]:
     """(path, sha256) of the server's config drive where it runs, an
     ISO 9660 image."""
-    c, path, _ = disk(cloud, server, 'cdrom')
+    c, path, _kind, _fmt = disk(cloud, server, 'cdrom')
     # The volume descriptor's identifier, at byte 32769.
     magic = run_cmd([*c['nsenter'], 'dd', 'if=%s' % path, 'bs=1',
                      'skip=32769', 'count=5', 'status=none'])
@@ -134,9 +164,9 @@ def mark(cloud: Cloud, conn: Any, server: Any) -> tuple[Any, bytes]:
     server, the marker)."""
     conn.compute.stop_server(server)
     server = wait(conn, server, 'SHUTOFF')
-    c, path, _ = disk(cloud, server)
+    c, path, _kind, fmt = disk(cloud, server)
     marker = MARKER + uuid.uuid4().hex[:6].encode()
-    image.write_marker(path, marker, argv_prefix=c['nsenter'])
+    image.write_marker(path, marker, fmt=fmt, argv_prefix=c['nsenter'])
     return server, marker
 
 
