@@ -22,7 +22,10 @@ from unittest import mock
 import pytest
 from lxml import etree
 from nova import objects
+from nova.virt.libvirt import driver as stock_driver
+from nova.virt.libvirt import utils as libvirt_utils
 
+from nova_imgtype import compat
 from nova_imgtype.testing import libvirtd as real
 from nova_imgtype.virt.libvirt import live_migration
 from nova_imgtype.virt.libvirt import pools
@@ -35,6 +38,7 @@ from tests.real.test_native_images import glance  # noqa: F401
 
 objects.register_all()
 
+STOCK = stock_driver.LibvirtDriver
 MARKER = b'HOST-SECRET-MARKER-27'
 
 
@@ -209,3 +213,36 @@ def test_adoption_without_a_recorded_format_leaves_the_files(
     assert not save.called
     assert pool_driver._resolver.recorded(inst).storage == 'legacy'
     assert os.path.exists(os.path.join(inst_dir, 'disk'))
+
+
+def test_a_cold_move_to_a_host_without_pools_sends_the_recorded_format(
+        pool_driver, glance, tmp_path, host_secret, libvirt_uri):  # noqa
+    """Sent as a qcow2 disk, stock's raw->qcow2 safety conversion on the
+    destination is skipped and its next start opens the raw disk as a
+    qcow2 overlay of the host file."""
+    inst, disk = _raw_instance(pool_driver, glance, tmp_path)
+    inst.host = 'host1'
+    os.makedirs(libvirt_utils.get_instance_path(inst))
+    guest_writes_header(disk.path, host_secret, tmp_path)
+    _refresh(pool_driver)
+    assert _libvirt_reads(disk._volume())[0] == 'qcow2'
+
+    def stock(self, context, instance, dest, *args, **kwargs):
+        inst_base = libvirt_utils.get_instance_path(instance)
+        os.rename(inst_base, inst_base + '_resize')
+        self._remotefs.create_dir(dest, inst_base)
+        return '[]'
+
+    call = compat.driver('migrate_disk_and_power_off', pool_driver,
+                         (None, inst, 'dest-host', None, None, None, 0, 0),
+                         {})
+    with mock.patch.object(STOCK, 'migrate_disk_and_power_off', stock), \
+            mock.patch.object(pool_driver, 'power_off'), \
+            mock.patch.object(pool_driver, '_is_path_shared_with',
+                              return_value=False), \
+            mock.patch.object(STOCK, '_live_migration_uri',
+                              staticmethod(lambda dest: libvirt_uri)):
+        disk_info = json.loads(pool_driver._migrate_pool_disks(
+            call, inst, 'dest-host', 0, 0, dest_pools=False))
+    assert [(i['type'], os.path.basename(i['path'])) for i in disk_info] == [
+        ('raw', 'disk')]
