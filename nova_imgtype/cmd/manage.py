@@ -69,20 +69,21 @@ def resolution_rows(conf: cfg.ConfigOpts) -> list[dict[str, Any]]:
 
 
 def check(conf: cfg.ConfigOpts, out_format: str) -> int:
-    """Validate and print; 0 when valid, 2 with the error otherwise."""
-    import nova_imgtype.conf  # noqa: F401  (Nova's options and ours)
-    from nova_imgtype import exception
-    from nova_imgtype.virt.libvirt import resolver as resolver_mod
+    """Validate as nova-compute does and print; 0 when valid, 2 with the
+    error otherwise."""
+    # Importing Nova reads some options ([libvirt]images_type) already.
+    with cmd.config_value_errors():
+        import nova_imgtype.conf  # noqa: F401  (Nova's options and ours)
+        from nova_imgtype import exception
 
-    try:
-        resolver = resolver_mod.BackendResolver(conf)
-        mapping = resolver.mapping
-        resolver.check_host()
-        rows = resolution_rows(conf)
-    except (cfg.ConfigFileValueError, exception.ImgtypeException,
-            ValueError) as e:
-        print('ERROR: %s' % e, file=sys.stderr)
-        return 2
+        try:
+            cmd.check_as_nova_compute(conf)
+            mapping = conf.libvirt.images_type_mapping
+            rows = resolution_rows(conf)
+        except (cfg.ConfigFileValueError, exception.ImgtypeException,
+                ValueError) as e:
+            print('ERROR: %s' % e, file=sys.stderr)
+            return 2
     if out_format == 'json':
         print(json.dumps({
             'images_type': conf.libvirt.images_type,
@@ -135,10 +136,13 @@ def hoist_global_opts(argv: Sequence[str]) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     CONF.register_cli_opt(command_opt)
+    args = hoist_global_opts(sys.argv[1:] if argv is None else argv)
     try:
+        cmd.refuse_special_files(cmd.config_files(
+            args, project='nova', prog='nova-imgtype',
+            default_config_files=[]))
         with cmd.config_file_errors():
-            CONF(hoist_global_opts(sys.argv[1:] if argv is None else argv),
-                 project='nova', prog='nova-imgtype',
+            CONF(args, project='nova', prog='nova-imgtype',
                  default_config_files=[])
         command = CONF.command.name
         if command == 'check':

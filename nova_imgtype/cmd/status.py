@@ -20,7 +20,7 @@ from oslo_upgradecheck import upgradecheck
 
 import nova_imgtype.conf
 from nova_imgtype import cmd
-from nova_imgtype.virt.libvirt import mapping as mapping_mod
+from nova_imgtype import exception
 
 CONF: cfg.ConfigOpts = nova_imgtype.conf.CONF
 
@@ -88,30 +88,41 @@ class Checks(upgradecheck.UpgradeCommands):
         return upgradecheck.Result(code, details)
 
     def _check_options(self) -> upgradecheck.Result:
-        """nova-imgtype's options are valid (as far as can be told off the
-        compute node)."""
+        """nova-imgtype's options are valid: nova-compute starts with them
+        (as far as can be told off the compute node)."""
         try:
-            mapping = CONF.libvirt.images_type_mapping
-        except (cfg.ConfigFileValueError, ValueError) as e:
-            return upgradecheck.Result(upgradecheck.Code.FAILURE, str(e))
-        try:
-            mapping_mod.check_host(mapping, CONF)
-        except nova_exception.Invalid as e:
+            cmd.check_as_nova_compute(CONF)
+        except (cfg.ConfigFileValueError, ValueError, nova_exception.Invalid,
+                exception.ImgtypeException) as e:
             return upgradecheck.Result(upgradecheck.Code.FAILURE, str(e))
         return upgradecheck.Result(upgradecheck.Code.SUCCESS)
 
+    def check(self) -> upgradecheck.Code:
+        """The checks; an option whose value cannot be read at all (a
+        substitution loop) is one ``ERROR:`` line and failure, as a config
+        file that cannot be parsed, not a table."""
+        try:
+            with cmd.config_value_errors():
+                return super().check()
+        except cmd.ConfigValueError as e:
+            print('ERROR: %s' % e, file=sys.stderr)
+            return upgradecheck.Code.FAILURE
+
+    #: The options first: one that cannot be read stops the checks before
+    #: placement is asked anything.
     _upgrade_checks = (
-        ('Image type traits', _check_image_type_traits),
         ('nova-imgtype options', _check_options),
+        ('Image type traits', _check_image_type_traits),
     )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
     try:
+        cmd.refuse_special_files(cmd.config_files(args, project='nova'))
         with cmd.config_file_errors():   # upgradecheck.main parses them
             result: int = upgradecheck.main(
-                CONF, project='nova', upgrade_command=Checks(),
-                argv=list(sys.argv[1:] if argv is None else argv))
+                CONF, project='nova', upgrade_command=Checks(), argv=args)
     except cmd.ConfigFileError as e:
         print('ERROR: %s' % e, file=sys.stderr)
         return 2

@@ -8,7 +8,9 @@ import textwrap
 
 import pytest
 
+from nova_imgtype import cmd
 from nova_imgtype.cmd import manage
+from nova_imgtype.virt.libvirt import template_handlers
 
 #: The source tree, first on the console scripts' path: they run this code,
 #: not the copy installed in the virtualenv when it was last built.
@@ -16,17 +18,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 
 
-def _run(args, **kwargs):
+def _run(args, timeout=120, **kwargs):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         filter(None, [ROOT, os.environ.get('PYTHONPATH')])))
-    return subprocess.run(args, capture_output=True, text=True, timeout=120,
-                          env=env, **kwargs)
+    return subprocess.run(args, capture_output=True, text=True,
+                          timeout=timeout, env=env, **kwargs)
 
 
-def _script(name, *args):
+def _script(name, *args, timeout=120):
     """The console script ``name`` run as the operator runs it."""
     return _run([os.path.join(os.path.dirname(sys.executable), name),
-                 *args])
+                 *args], timeout=timeout)
 
 
 def _conf(tmp_path, body):
@@ -195,3 +197,142 @@ def test_import_parses_no_config_file(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout == '[]\n'
     assert 'Traceback' not in proc.stderr
+
+
+def _one_error_line(proc):
+    """The single ``ERROR:`` line a console script printed, asserting it
+    exited 2 with nothing else (no table, no traceback)."""
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 2, output
+    assert proc.stdout == '', output
+    assert proc.stderr.startswith('ERROR: '), output
+    assert proc.stderr.count('\n') == 1 and proc.stderr.endswith('\n'), output
+    assert 'traceback' not in output.lower()
+    return proc.stderr[len('ERROR: '):-1]
+
+
+def _refusal(name):
+    """What nova-compute gives as the reason it refuses to start with
+    ``[image_cache]template_image_handler = name`` (the driver's loader)."""
+    with pytest.raises(Exception) as e:
+        template_handlers.load(name)
+    return str(e.value)
+
+
+def test_check_unknown_template_handler_refused_as_by_nova_compute(
+        tmp_path, capsys):
+    """A handler name nothing registers: nova-compute refuses to start, and
+    so does the check, with nova-compute's reason."""
+    path = _conf(tmp_path, '''
+        [image_cache]
+        template_image_handler = no-such-handler
+    ''')
+    assert manage.main(['check', '--config-file', path]) == 2
+    err = capsys.readouterr().err
+    reason = _refusal('no-such-handler')
+    assert 'registered handlers: downloading, volume-based-linking' in reason
+    assert err == 'ERROR: %s\n' % reason
+
+
+def test_check_template_handler_that_cannot_load_refused(tmp_path, capsys,
+                                                         monkeypatch):
+    """A name registered but whose handler cannot be loaded: refused with
+    the reason, as nova-compute does."""
+    real = template_handlers.names
+    monkeypatch.setattr(template_handlers, 'names',
+                        lambda: [*real(), 'unloadable'])
+    path = _conf(tmp_path, '''
+        [image_cache]
+        template_image_handler = unloadable
+    ''')
+    assert manage.main(['check', '--config-file', path]) == 2
+    err = capsys.readouterr().err
+    assert err == 'ERROR: %s\n' % _refusal('unloadable')
+    assert 'is registered but could not be loaded' in err
+
+
+@pytest.mark.parametrize('name', ['downloading', 'volume-based-linking'])
+def test_check_registered_template_handler_passes(tmp_path, capsys, name):
+    path = _conf(tmp_path, '''
+        [image_cache]
+        template_image_handler = %s
+    ''' % name)
+    assert manage.main(['check', '--config-file', path]) == 0, (
+        capsys.readouterr().err)
+
+
+def test_status_unknown_template_handler_fails_options_check(tmp_path):
+    """``nova-imgtype-status upgrade check``: the options check fails with
+    nova-compute's reason (exit code 2: failure)."""
+    path = _conf(tmp_path, '''
+        [image_cache]
+        template_image_handler = no-such-handler
+    ''')
+    proc = _script('nova-imgtype-status', '--config-file', path, 'upgrade',
+                   'check')
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    out = ' '.join(proc.stdout.replace('|', ' ').split())
+    assert 'Check: nova-imgtype options Result: Failure' in out
+    # The table wraps the details, at spaces and after hyphens.
+    assert ''.join(_refusal('no-such-handler').split()) in ''.join(
+        out.split())
+
+
+#: Options whose values substitute each other for ever: (config, the
+#: options the error names).
+LOOPS = {
+    'itself': ('[libvirt]\nimages_type = $images_type\n',
+               ['[libvirt]images_type']),
+    'two-options': ('[libvirt]\nimages_type = $images_volume_group\n'
+                    'images_volume_group = ${images_type}\n',
+                    ['[libvirt]images_type', '[libvirt]images_volume_group']),
+}
+
+
+@pytest.mark.parametrize('command', COMMANDS)
+@pytest.mark.parametrize('case', LOOPS)
+def test_substitution_loop_is_one_error_line(tmp_path, command, case):
+    """An oslo.config ``$name`` substitution loop: nova-compute cannot read
+    the option; both commands say which in one line, exit code 2."""
+    body, named = LOOPS[case]
+    path = _conf(tmp_path, body)
+    script, *args = COMMANDS[command]
+    error = _one_error_line(_script(script, *(a.format(path) for a in args)))
+    assert 'substitution loop' in error
+    for option in named:
+        assert option in error
+
+
+@pytest.mark.parametrize('command', COMMANDS)
+@pytest.mark.parametrize('given', ['config-file', 'config-dir'])
+def test_fifo_config_file_refused_at_once(tmp_path, command, given):
+    """A FIFO (no writer) as a config file: oslo.config would wait for ever
+    opening it; both commands refuse it at once, naming it."""
+    fifo = tmp_path / 'nova.conf'
+    os.mkfifo(fifo)
+    script, *args = COMMANDS[command]
+    if given == 'config-dir':
+        args = [a.replace('--config-file', '--config-dir') for a in args]
+        args = [str(tmp_path) if a == '{}' else a for a in args]
+    try:
+        proc = _script(script, *(a.format(fifo) for a in args), timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail('%s still waiting on the FIFO after 60s' % script)
+    assert _one_error_line(proc) == '%s: not a regular file (a FIFO)' % fifo
+
+
+def test_config_files_as_oslo_config_reads_them(tmp_path):
+    """The files refused before oslo.config opens them are the ones it
+    would open: each --config-file (else the defaults) and the *.conf files
+    of each --config-dir."""
+    (tmp_path / 'b.conf').write_text('')
+    (tmp_path / 'a.conf').write_text('')
+    (tmp_path / 'notes.txt').write_text('')
+    assert cmd.config_files(
+        ['--config-file', 'x.conf', 'check', '--config-dir=%s' % tmp_path],
+        project='no-such-project') == [
+            os.path.abspath('x.conf'), str(tmp_path / 'a.conf'),
+            str(tmp_path / 'b.conf')]
+    assert cmd.config_files([], project='no-such-project',
+                            default_config_files=['y.conf']) == [
+        os.path.abspath('y.conf')]
