@@ -138,3 +138,12 @@ class LinkedTemplateUnsafe(ImgtypeException, nova_exception.Invalid):
                 'the volume with the instance); it is not used. Use '
                 '[image_cache]template_image_handler = downloading on hosts '
                 'with such instances')
+
+
+class LinkedTemplateChanged(ImgtypeException,
+                            nova_exception.ImageUnacceptable):
+    """A linked template is no longer what was accepted when linked."""
+
+    msg_fmt = _('Image %(image_id)s is unacceptable: linked template '
+                '%(template)s is not what was accepted (%(fmt)s): '
+                '%(reason)s')

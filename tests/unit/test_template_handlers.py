@@ -475,6 +475,83 @@ def test_linking_probes_the_connector_once_until_a_link_fails(
         assert probed.call_count == 2
 
 
+# -- a linked template checked again before each use (issue 27) -------------
+
+@pytest.fixture
+def privsep():
+    """Nova's privileged calls (a template's time stamps renewed) in this
+    process."""
+    from nova.tests import fixtures as nova_fixtures
+    fix = nova_fixtures.PrivsepFixture()
+    fix.setUp()
+    yield
+    fix.cleanUp()
+
+
+def _linked_raw(linking, glance, cache):
+    device = linking.volume_api.device
+    with open(device, 'wb') as f:
+        f.truncate(16 << 20)
+    _cinder_image(glance, device, 'raw')
+    target = str(cache / 'tmpl')
+    linking.fetch_image(None, IMAGE_ID, target)
+    return device, target
+
+
+def test_a_link_records_the_format_it_was_accepted_in(linking, glance,
+                                                      cache, privsep):
+    _, target = _linked_raw(linking, glance, cache)
+    assert linking.linked(target)['format'] == 'raw'
+    fmt, inspector = volume_linking.checked(target)
+    assert fmt == 'raw' and str(inspector) == 'raw'
+
+
+@pytest.mark.parametrize('case', ['rewritten', 'unsafe', 'no-format'])
+def test_a_changed_linked_template_is_refused_and_released(
+        linking, glance, cache, tmp_path, caplog, privsep, case):
+    device, target = _linked_raw(linking, glance, cache)
+    if case == 'no-format':
+        # Linked by an older release: nothing says what was accepted.
+        state = linking.linked(target)
+        del state['format']
+        linking._record(target, state)
+    else:
+        other = str(tmp_path / 'other')
+        if case == 'unsafe':
+            qemu_img('create', '-f', 'qcow2', '-b', '/etc/hostname', '-F',
+                     'raw', other, '16M')
+        else:
+            qemu_img('create', '-f', 'qcow2', other, '16M')
+        with open(other, 'rb') as src, open(device, 'r+b') as dst:
+            dst.write(src.read())
+    with pytest.raises(imgtype_exception.LinkedTemplateChanged) as e:
+        volume_linking.checked(target)
+    assert isinstance(e.value, exception.ImageUnacceptable)
+    assert IMAGE_ID in str(e.value) and target in str(e.value)
+    assert e.value.kwargs['template'] == target
+    assert {'rewritten': 'is now qcow2', 'unsafe': "fails Nova's",
+            'no-format': 'no format was recorded'}[case] in str(e.value)
+    assert 'Refused, never followed' in caplog.text
+    # Released by the driver (test_driver), not here.
+    assert os.path.lexists(target)
+    # Released through the handler: link, attachment and record gone.
+    linking.remove_image(e.value.kwargs['template'])
+    assert not os.path.lexists(target)
+    assert linking.volume_api.attachments == {}
+    assert linking.linked(target) is None
+    assert os.path.exists(device)
+
+
+def test_a_copy_of_a_linked_template_is_checked_as_accepted(
+        linking, glance, cache, tmp_path, privsep):
+    _, target = _linked_raw(linking, glance, cache)
+    copy = str(tmp_path / 'copy')
+    qemu_img('create', '-f', 'qcow2', copy, '16M')
+    with pytest.raises(imgtype_exception.LinkedTemplateChanged,
+                       match='is now qcow2'):
+        volume_linking.check_copy(target, copy, 'raw')
+
+
 # -- read-only attachments (Cinder's API mocked: no Cinder runs here) ---------
 
 def test_image_volumes_are_attached_read_only_where_cinder_can(monkeypatch):

@@ -4,9 +4,12 @@ Stock :class:`nova.virt.libvirt.imagebackend.Flat` copies the template into
 the instance directory with ``cp -r``, which copies a symbolic link as a
 link. A template linked to a volume (``volume-based-linking``) would so
 become every instance's disk: one tenant reading what another wrote, and a
-resize growing the image volume itself. This subclass copies the data of a
-linked template (``qemu-img convert``, sparse, in the template's own format)
-into the instance's own file. Any other template is copied with stock's
+resize growing the image volume itself. This subclass copies the bytes of a
+linked template (``qemu-img convert -f raw``, sparse) into the instance's
+own file, which must then read as the format the template was accepted in
+(:func:`.volume_linking.check_copy`): the volume's owner can rewrite it at
+any time, and its content never decides a format nor has a backing file
+followed. Any other template is copied with stock's
 own ``cp -r``, started without a ``fork()`` of nova-compute
 (:func:`.spawn.execute`); stock then finds the disk made and goes on
 (``verify_base_size``, ``correct_format``; ``Image.cache`` resizes it).
@@ -32,6 +35,7 @@ from oslo_utils import fileutils
 from nova_imgtype import compat
 from nova_imgtype.virt.libvirt import sizes
 from nova_imgtype.virt.libvirt import spawn
+from nova_imgtype.virt.libvirt.template_handlers import volume_linking
 
 CONF = nova.conf.CONF
 LOG = logging.getLogger(__name__)
@@ -86,23 +90,44 @@ class Flat(sizes.InProcessSizes, imagebackend.Flat):
         while it is held), after stock's check of the flavor's size
         (``verify_base_size``), which comes before its copy.
 
-        A link (to an image volume): its data, ``qemu-img convert`` in its
-        format. Anything else: stock's ``cp -r`` (sparse, as stock's), by
-        :func:`.spawn.execute`, which spares nova-compute the ``fork()``
-        oslo's ``processutils`` makes for every command.
+        A link (to an image volume): :meth:`_copy_linked`. Anything else:
+        stock's ``cp -r`` (sparse, as stock's), by :func:`.spawn.execute`,
+        which spares nova-compute the ``fork()`` oslo's ``processutils``
+        makes for every command.
         """
-        self.verify_base_size(base, size)
+        linked = os.path.islink(base)
+        if not linked:
+            self.verify_base_size(base, size)
 
         @utils.synchronized(self._get_lock_name(base), external=True,
                             lock_path=self.lock_path)
         def copy() -> None:
+            if linked:
+                self._copy_linked(base, size)
+                return
             with fileutils.remove_path_on_error(self.path):
-                if os.path.islink(base):
-                    fmt = images.qemu_img_info(base).file_format
-                    LOG.debug('Copying the data of linked template %s '
-                              'into %s', base, self.path)
-                    images.convert_image(base, self.path, fmt, fmt)
-                else:
-                    spawn.execute('cp', '-r', base, self.path)
+                spawn.execute('cp', '-r', base, self.path)
 
         copy()
+
+    def _copy_linked(self, base: str, size: int | None) -> None:
+        """The bytes of the linked template ``base`` into the disk.
+
+        The template is checked again first (:func:`.volume_linking.
+        checked`: its content must still be the format it was accepted
+        in), then copied as bytes (``-f raw``: nothing in it is read as a
+        format, no backing file followed), and the copy checked as the
+        accepted format (:func:`.volume_linking.check_copy`): the volume
+        can change between the two, the copy cannot. A refused template
+        leaves no disk.
+
+        :raises ImageUnacceptable: the template is not what was accepted
+            (its link has been released).
+        """
+        fmt, _inspector = volume_linking.checked(base)
+        self.verify_base_size(base, size)
+        LOG.debug('Copying the bytes of linked template %s (%s) into %s',
+                  base, fmt, self.path)
+        with fileutils.remove_path_on_error(self.path):
+            images.convert_image(base, self.path, 'raw', 'raw')
+            volume_linking.check_copy(base, self.path, fmt)

@@ -22,6 +22,13 @@ and sizes are read in process (:mod:`.sizes`): stock runs ``qemu-img
 info`` (a Python process through oslo's prlimit wrapper) four times for
 what ``qemu-img create`` alone needs, and ``qemu-img create`` itself is
 started without a ``fork()`` of nova-compute (:mod:`.spawn`).
+
+A new overlay on a template linked to an image volume, which the volume's
+owner can rewrite at any time, names as its backing format the one the
+template was accepted in, checked again first
+(:func:`.volume_linking.checked`), whatever
+``[workarounds]disable_deep_image_inspection`` says: its content decides
+no format (stock's overlay takes ``qemu-img info``'s probe of it).
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from nova import exception as nova_exception
 from nova import utils
 from nova.virt.libvirt import imagebackend
 from nova.virt.libvirt import utils as libvirt_utils
@@ -39,6 +47,7 @@ from oslo_utils import fileutils
 from nova_imgtype import compat
 from nova_imgtype.virt.libvirt import sizes
 from nova_imgtype.virt.libvirt import spawn
+from nova_imgtype.virt.libvirt.template_handlers import volume_linking
 
 LOG = logging.getLogger(__name__)
 CONF = cfg.CONF
@@ -67,14 +76,17 @@ class Qcow2(sizes.InProcessSizes, imagebackend.Qcow2):
             imagebackend._update_utime_ignore_eacces(base)
             self.verify_base_size(base, call['size'])
             return
-        if (not call['safe'] and not os.path.exists(self.path) and
-                not CONF.workarounds.disable_deep_image_inspection):
+        if not call['safe'] and not os.path.exists(self.path):
             if not os.path.exists(base):
-                # As stock: the fetch function Image.cache() passes takes
-                # the template's lock.
+                # As stock, first: the fetch function Image.cache() passes
+                # takes the template's lock.
                 call['prepare_template'](*call['args'], target=base,
                                          **call['kwargs'])
-            if self._overlay_on(base, call['size']):
+            if os.path.islink(base):
+                self._overlay_on_link(base, call['size'])
+                return
+            if (not CONF.workarounds.disable_deep_image_inspection and
+                    self._overlay_on(base, call['size'])):
                 return
         super().create_image(*args, **kwargs)
 
@@ -99,30 +111,61 @@ class Qcow2(sizes.InProcessSizes, imagebackend.Qcow2):
         if fmt is None:
             return False
         self.verify_base_size(base, size)
+
+        @utils.synchronized(self._get_lock_name(base), external=True,
+                            lock_path=self.lock_path)
+        def create() -> None:
+            self._create_overlay(base, fmt, inspector, size)
+
+        create()
+        return True
+
+    def _overlay_on_link(self, base: str, size: int | None) -> None:
+        """The overlay on the linked template ``base``, its backing format
+        the one the template was accepted in, under the template's lock
+        after the template was checked again
+        (:func:`.volume_linking.checked`).
+
+        :raises ImageUnacceptable: the template is not what was accepted
+            (its link has been released); no overlay is made.
+        """
+        @utils.synchronized(self._get_lock_name(base), external=True,
+                            lock_path=self.lock_path)
+        def create() -> None:
+            fmt, inspector = volume_linking.checked(base)
+            self.verify_base_size(base, size)
+            self._create_overlay(base, fmt, inspector, size)
+
+        create()
+
+    def _create_overlay(self, base: str, fmt: str, inspector: Any,
+                        size: int | None) -> None:
+        """``qemu-img create`` of the overlay on ``base``, its backing
+        format ``fmt``, with the cluster size of a qcow2 template (as
+        stock's)."""
         opts = ['backing_file=%s' % base, 'backing_fmt=%s' % fmt]
-        if fmt == 'qcow2':
+        if fmt == 'qcow2' and str(inspector) == 'qcow2':
             opts.append('cluster_size=%d' % (
                 1 << inspector.qemu_header_info['cluster_bits']))
         cmd = ['qemu-img', 'create', '-f', 'qcow2', '-o', ','.join(opts),
                self.path]
         if size is not None:
             cmd.append(str(size))
-
-        @utils.synchronized(self._get_lock_name(base), external=True,
-                            lock_path=self.lock_path)
-        def create() -> None:
-            with fileutils.remove_path_on_error(self.path):
-                # Stock's command, without forking nova-compute (.spawn).
-                spawn.execute(*cmd, env_variables=dict(
-                    os.environ, LC_ALL='C', LANG='C'))
-
-        create()
-        return True
+        with fileutils.remove_path_on_error(self.path):
+            # Stock's command, without forking nova-compute (.spawn).
+            spawn.execute(*cmd, env_variables=dict(
+                os.environ, LC_ALL='C', LANG='C'))
 
     def _backs_onto(self, base: str) -> bool:
         """Whether the disk exists with ``base`` as its backing file."""
         if not os.path.exists(self.path):
             return False
-        backing = libvirt_utils.get_disk_backing_file(self.path)
+        # This backend's disks are qcow2, their headers written by
+        # qemu-img, not by the guest: read as qcow2, never probed.
+        try:
+            backing = libvirt_utils.get_disk_backing_file(
+                self.path, format='qcow2')
+        except nova_exception.InvalidDiskInfo:
+            return False        # not a qcow2 overlay: stock's case
         return backing is not None and (
             os.path.basename(backing) == os.path.basename(base))

@@ -33,6 +33,7 @@ from nova_imgtype import record
 from nova_imgtype.virt.libvirt import config
 from nova_imgtype.virt.libvirt import pools as pools_mod
 from nova_imgtype.virt.libvirt import sizes
+from nova_imgtype.virt.libvirt.template_handlers import volume_linking
 
 LOG = logging.getLogger(__name__)
 CONF = cfg.CONF
@@ -112,7 +113,11 @@ class LibvirtStorage(sizes.InProcessSizes, imagebackend.Image):
         # The template's format as Nova's inspector found it when it passed
         # the safety check; never libvirt's reading of it.
         base_format: str | None = None
-        if not CONF.workarounds.disable_deep_image_inspection and not safe:
+        if os.path.islink(base):
+            # Linked to an image volume its owner can rewrite: checked
+            # again, in the format recorded when it was accepted.
+            base_format = volume_linking.checked(base)[0]
+        elif not CONF.workarounds.disable_deep_image_inspection and not safe:
             base_format = sizes.template_format(sizes.checked_template(base))
         else:
             imagebackend._update_utime_ignore_eacces(base)

@@ -7,7 +7,15 @@ symbolic link to the device: no byte is copied, whatever the image's size.
 Instance disks are copy-on-write overlays on it. What is linked is recorded
 next to the cache (``<base>/.linked/<template>.json``) so that ``init()``
 reconnects after a restart and ``remove_image()`` disconnects the device
-and deletes the attachment.
+and deletes the attachment; the record also keeps the format the content
+was accepted in (:func:`.inspection.inspect`), the one format every later
+use of the template names.
+
+The volume belongs to the image's project, which can rewrite it while
+hosts keep it linked: before each disk is made from a linked template its
+content is checked again (:func:`checked`, :func:`check_copy`), and a
+template no longer what was accepted is refused, its link released, never
+followed.
 
 An image without a cinder location, a volume that cannot be attached or
 connected, or content that would need a conversion (``force_raw_images``
@@ -23,6 +31,7 @@ import os
 import threading
 import uuid
 from typing import Any
+from typing import NoReturn
 
 from nova import context as nova_context
 from nova import exception
@@ -34,7 +43,10 @@ from os_brick.initiator import connector as brick_connector
 from oslo_config import cfg
 from oslo_log import log as logging
 from oslo_utils import fileutils
+from oslo_utils.imageutils import format_inspector
 
+from nova_imgtype import exception as imgtype_exception
+from nova_imgtype.virt.libvirt import sizes
 from nova_imgtype.virt.libvirt.template_handlers import base
 from nova_imgtype.virt.libvirt.template_handlers import downloading
 from nova_imgtype.virt.libvirt.template_handlers import inspection
@@ -129,12 +141,7 @@ class VolumeLinkingTemplateImageHandler(base.BaseTemplateImageHandler):
 
     def linked(self, target: str) -> dict[str, Any] | None:
         """What is recorded for a linked template, None if not linked."""
-        try:
-            with open(self._state_path(target)) as f:
-                state: dict[str, Any] = json.load(f)
-        except FileNotFoundError:
-            return None
-        return state
+        return linked_state(target)
 
     def _record(self, target: str, state: dict[str, Any]) -> None:
         path = self._state_path(target)
@@ -306,12 +313,13 @@ class VolumeLinkingTemplateImageHandler(base.BaseTemplateImageHandler):
                     context, attachment['id'], props)['connection_info']
             device = self._connect(info)
             try:
-                self._check(meta, image_id, device, disk_format)
+                fmt = self._check(meta, image_id, device, disk_format)
                 os.symlink(device, target)
                 self._record(target, {
                     'image_id': image_id, 'volume_id': volume_id,
                     'attachment_id': attachment['id'],
-                    'connection_info': info, 'device_path': device})
+                    'connection_info': info, 'device_path': device,
+                    'format': fmt})
                 self.volume_api.attachment_complete(context,
                                                     attachment['id'])
             except Exception:
@@ -330,15 +338,19 @@ class VolumeLinkingTemplateImageHandler(base.BaseTemplateImageHandler):
 
     @staticmethod
     def _check(meta: dict[str, Any], image_id: str, device: str,
-               disk_format: str | None) -> None:
+               disk_format: str | None) -> str:
         """The device holds the image as it is: inspected as a download is
         (:func:`.inspection.inspect`), and refused when it would need a
-        conversion."""
+        conversion.
+
+        :returns: the format it is accepted in (recorded with the link).
+        """
         fmt = inspection.inspect(meta, image_id, device, disk_format)
         if disk_format is None and fmt != 'raw' and CONF.force_raw_images:
             raise exception.ImageUnacceptable(
                 image_id=image_id,
                 reason=_('a %s volume would need converting to raw') % fmt)
+        return fmt
 
     def remove_image(self, path: str) -> None:
         state = self.linked(path)
@@ -353,3 +365,88 @@ class VolumeLinkingTemplateImageHandler(base.BaseTemplateImageHandler):
         if self.linked(path) is not None:
             return 0
         return super().cached_bytes(path)
+
+
+def linked_state(target: str) -> dict[str, Any] | None:
+    """What is recorded for the linked template ``target``, None if it is
+    not linked."""
+    try:
+        with open(VolumeLinkingTemplateImageHandler._state_path(target)) as f:
+            state: dict[str, Any] = json.load(f)
+    except FileNotFoundError:
+        return None
+    return state
+
+
+def checked(target: str) -> tuple[str, Any]:
+    """The format the linked template ``target`` was accepted in, its
+    content checked again: what every use of it names; and Nova's format
+    inspector that checked it.
+
+    Called before each disk is made from a linked template, under the
+    template's lock (stock's, which the image cache manager also holds to
+    remove a template). Nova's format inspector reads the content as it is
+    now and makes its safety check (:func:`sizes.checked_template`:
+    backing file, data file, unknown qcow2 features...); the format it
+    finds must be the recorded one. Nothing is taken from the content: a
+    template that changed is refused (:func:`_refuse`).
+
+    :raises LinkedTemplateChanged: naming the image and the template.
+    """
+    state = linked_state(target)
+    fmt = None if state is None else state.get('format')
+    if state is None or fmt is None:
+        _refuse(target, state, None,
+                _('no format was recorded when it was linked') if state
+                else _('it is not recorded as linked'))
+    return str(fmt), _check_content(target, target, state, str(fmt))
+
+
+def check_copy(target: str, copy: str, fmt: str) -> None:
+    """``copy``, the bytes of the linked template ``target`` just copied
+    into a file of this host, is still what was accepted as ``fmt``.
+
+    The volume can be rewritten between :func:`checked` and the copy; the
+    copy cannot, and is what the disk is. On failure the caller removes
+    the copy.
+
+    :raises ImageUnacceptable: as :func:`checked`.
+    """
+    _check_content(target, copy, linked_state(target), fmt)
+
+
+def _check_content(target: str, path: str, state: dict[str, Any] | None,
+                   fmt: str) -> Any:
+    """Nova's format inspector of ``path`` (``target`` or a copy of it),
+    after its safety check, when the format it finds (named as qemu-img
+    names it: raw for a GPT or ISO 9660 raw disk) is ``fmt``; otherwise
+    the template is refused."""
+    try:
+        inspector = sizes.checked_template(path)
+    except (exception.InvalidDiskInfo,
+            format_inspector.ImageFormatError) as e:
+        _refuse(target, state, fmt, _('its content fails Nova\'s '
+                                      'inspection: %s') % e)
+    found = sizes.guest_format(inspector) or str(inspector)
+    if found != fmt:
+        _refuse(target, state, fmt, _('its content is now %s') % found)
+    return inspector
+
+
+def _refuse(target: str, state: dict[str, Any] | None, fmt: str | None,
+            reason: str) -> NoReturn:
+    """Refuse the linked template ``target`` for this use, logged. The
+    driver, whose handler made the link, releases it
+    (:meth:`VolumeLinkingTemplateImageHandler.remove_image`), so that the
+    next build links or downloads the image again, and inspects it.
+
+    :raises LinkedTemplateChanged: always, naming the image and the
+        template.
+    """
+    image_id = (state or {}).get('image_id') or os.path.basename(target)
+    error = imgtype_exception.LinkedTemplateChanged(
+        image_id=image_id, template=target, fmt=fmt or _('no format'),
+        reason=reason)
+    LOG.error('%s. Refused, never followed: the link is released and the '
+              'next build links or downloads the image again', error)
+    raise error

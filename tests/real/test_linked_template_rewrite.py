@@ -1,0 +1,266 @@
+"""Real: a linked template whose volume is rewritten after it was linked
+(issue 27, item 3).
+
+An image volume of ``volume-based-linking`` is a multiattach Cinder volume
+owned by the image's project: its owner can rewrite it while hosts keep it
+linked. Here the linked raw template is rewritten in place (as a write to
+the device would) to hold a qcow2 header, with or without a backing file
+naming a root-only host file. No new instance disk may then hold the host
+file's data, whatever backend makes it; the build fails naming the image
+and the template, the link is released through the handler (its
+attachment deleted), and the next build links the volume again, checked
+again. An overlay made before the rewrite names its backing format and
+never reads the host file.
+
+Real: qemu-img, files, oslo.concurrency's locks, os-brick's local
+connector (a file stands for the attached device), the driver's Flat and
+Qcow2 backends. Fake: the image service and Cinder's API (as in
+``test_template_handlers``).
+"""
+
+import os
+
+import pytest
+from nova import exception as nova_exception
+from nova.virt.libvirt import utils as libvirt_utils
+
+from nova_imgtype.testing import libvirtd as real
+from nova_imgtype.testing.cinder import Cinder
+from nova_imgtype.virt.libvirt.template_handlers import volume_linking
+from tests.real.test_native_images import MiB
+from tests.real.test_native_images import conf  # noqa: F401
+from tests.real.test_native_images import driver  # noqa: F401
+from tests.real.test_template_handlers import VOLUME_ID
+from tests.real.test_template_handlers import ImageService
+from tests.real.test_template_handlers import _base
+from tests.real.test_template_handlers import _instance
+from tests.real.test_template_handlers import _root_disk as _stock_root_disk
+from tests.real.test_template_handlers import brick_in_process  # noqa: F401
+from tests.real.test_template_handlers import serve  # noqa: F401
+
+SIZE = 8 * MiB
+MARKER = b'ROOT-ONLY-HOST-FILE-MARKER\n'
+
+
+@pytest.fixture
+def host_file(tmp_path):
+    """A root-only host file holding the marker (what must never leak)."""
+    secret_dir = tmp_path / 'root-only'
+    secret_dir.mkdir(mode=0o700)
+    path = secret_dir / 'secret'
+    path.write_bytes(MARKER * (MiB // len(MARKER)))
+    path.chmod(0o600)
+    return str(path)
+
+
+def _root_disk(drv, inst, image_id):
+    """The root disk, in its instance directory (which _create_image
+    makes before it)."""
+    os.makedirs(libvirt_utils.get_instance_path(inst), exist_ok=True)
+    return _stock_root_disk(drv, inst, image_id)
+
+
+def _rewrite(device, kind, host_file, tmp_path):
+    """Write a qcow2 image over the start of the volume, in place (the
+    device keeps its size, as a block device would)."""
+    new = str(tmp_path / 'rewrite.qcow2')
+    if kind == 'qcow2-backed-by-host-file':
+        real.qemu_img('create', '-q', '-f', 'qcow2', '-b', host_file,
+                      '-F', 'raw', new, str(SIZE))
+    else:
+        real.make_image(new, 'qcow2', SIZE, pattern=b'tenant qcow2\n')
+    with open(new, 'rb') as src, open(device, 'r+b') as dst:
+        dst.write(src.read())
+    os.unlink(new)
+
+
+def _restore(device, original):
+    with open(device, 'wb') as f:
+        f.write(original)
+
+
+def _guest_data(path, fmt, tmp_path):
+    """The data QEMU reads from ``path`` opened as ``fmt``."""
+    out = str(tmp_path / 'guest.raw')
+    real.qemu_img('convert', '-U', '-f', fmt, '-O', 'raw', path, out)
+    with open(out, 'rb') as f:
+        data = f.read()
+    os.unlink(out)
+    return data
+
+
+def _files_holding(root, needle):
+    """Regular files under ``root`` (links not followed) holding
+    ``needle``."""
+    found = []
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            path = os.path.join(dirpath, name)
+            if os.path.islink(path) or not os.path.isfile(path):
+                continue
+            with open(path, 'rb') as f:
+                if needle in f.read():
+                    found.append(path)
+    return found
+
+
+@pytest.mark.parametrize('kind', ['qcow2-backed-by-host-file', 'qcow2'])
+@pytest.mark.parametrize('backend', ['flat', 'qcow2'])
+def test_a_rewritten_linked_template_is_refused_and_replaced(
+        driver, conf, serve, tmp_path, brick_in_process,  # noqa: F811
+        host_file, backend, kind, caplog):
+    device = str(tmp_path / 'volume')
+    chunks = real.make_image(device, 'raw', SIZE)
+    with open(device, 'rb') as f:
+        original = f.read()
+    svc = serve(ImageService(device, 'raw', locations=[
+        {'url': 'cinder://%s' % VOLUME_ID, 'metadata': {}}]))
+    conf.config(template_image_handler='volume-based-linking',
+                group='image_cache')
+    drv = driver(images_type=backend)
+    cinder = drv._template_handler.volume_api = Cinder(device)
+    # The format each backend's disks are given to QEMU with: the Qcow2
+    # backend's are qcow2; a Flat disk is a copy of the raw template.
+    disk_fmt = 'qcow2' if backend == 'qcow2' else 'raw'
+
+    first = _root_disk(drv, _instance(drv, svc.image_id, 'raw'),
+                       svc.image_id)
+    (name,) = [f for f in os.listdir(_base(conf))
+               if f != volume_linking.STATE_DIR]
+    template = os.path.join(_base(conf), name)
+    assert os.path.islink(template)
+    expected = real.sha256_of_chunks(64 * MiB, chunks)
+    assert real.sha256_of_guest_data(first.path, disk_fmt) == expected
+
+    _rewrite(device, kind, host_file, tmp_path)
+    # The disk made before the rewrite does not read the host file (an
+    # overlay names its backing file's format: raw).
+    assert MARKER not in _guest_data(first.path, disk_fmt, tmp_path)
+
+    inst = _instance(drv, svc.image_id, 'raw')
+    disk_path = os.path.join(libvirt_utils.get_instance_path(inst), 'disk')
+    error = None
+    try:
+        _root_disk(drv, inst, svc.image_id)
+    except nova_exception.NovaException as e:
+        error = e
+    # The host file's data is nowhere in the instances' files (read as
+    # bytes: raw, the format the template was accepted in).
+    assert _files_holding(conf.conf.instances_path, MARKER) == []
+    # The changed template was refused (logged, naming it) and released
+    # through the handler; its replacement, linked or downloaded again and
+    # inspected, is refused too (the volume claims raw and holds qcow2):
+    # the build failed naming the image, no disk is left behind.
+    assert 'linked template %s is not what was accepted' % template in (
+        caplog.text)
+    assert isinstance(error, nova_exception.ImageUnacceptable), error
+    assert svc.image_id in str(error)
+    assert not os.path.lexists(disk_path)
+    assert not os.path.lexists(template)
+    assert cinder.attachments == {}
+    assert volume_linking.VolumeLinkingTemplateImageHandler().linked(
+        template) is None
+    downloads = svc.downloads
+
+    # The volume's owner puts the image back: the next build links it
+    # again (checked again) and its disk holds the image.
+    _restore(device, original)
+    again = _root_disk(drv, _instance(drv, svc.image_id, 'raw'),
+                       svc.image_id)
+    assert os.path.islink(template) and len(cinder.attachments) == 1
+    assert svc.downloads == downloads
+    assert real.sha256_of_guest_data(again.path, disk_fmt) == expected
+
+
+@pytest.mark.parametrize('backend', ['flat', 'qcow2'])
+def test_a_link_of_an_earlier_release_is_replaced_at_its_first_use(
+        driver, conf, serve, tmp_path, brick_in_process,  # noqa: F811
+        backend):
+    """A link recorded without a format (an earlier release's) is
+    released and linked again, inspected, at its first use: the build
+    goes on."""
+    device = str(tmp_path / 'volume')
+    chunks = real.make_image(device, 'raw', SIZE)
+    svc = serve(ImageService(device, 'raw', locations=[
+        {'url': 'cinder://%s' % VOLUME_ID, 'metadata': {}}]))
+    conf.config(template_image_handler='volume-based-linking',
+                group='image_cache')
+    drv = driver(images_type=backend)
+    cinder = drv._template_handler.volume_api = Cinder(device)
+    disk_fmt = 'qcow2' if backend == 'qcow2' else 'raw'
+    _root_disk(drv, _instance(drv, svc.image_id, 'raw'), svc.image_id)
+    (name,) = [f for f in os.listdir(_base(conf))
+               if f != volume_linking.STATE_DIR]
+    template = os.path.join(_base(conf), name)
+    handler = drv._template_handler
+    state = handler.linked(template)
+    del state['format']
+    handler._record(template, state)
+
+    disk = _root_disk(drv, _instance(drv, svc.image_id, 'raw'), svc.image_id)
+    assert handler.linked(template)['format'] == 'raw'
+    assert len(cinder.attachments) == 1 and svc.downloads == 0
+    assert real.sha256_of_guest_data(disk.path, disk_fmt) == (
+        real.sha256_of_chunks(64 * MiB, chunks))
+
+
+def test_the_copy_of_a_linked_template_is_checked_as_accepted(
+        driver, conf, serve, tmp_path, brick_in_process,  # noqa: F811
+        host_file, monkeypatch):
+    """A volume rewritten between the check of the template and its copy
+    into a Flat disk: the copy (bytes, never read as a format) is checked
+    too, and refused; no disk is left."""
+    from nova.virt import images
+
+    device = str(tmp_path / 'volume')
+    real.make_image(device, 'raw', SIZE)
+    svc = serve(ImageService(device, 'raw', locations=[
+        {'url': 'cinder://%s' % VOLUME_ID, 'metadata': {}}]))
+    conf.config(template_image_handler='volume-based-linking',
+                group='image_cache')
+    drv = driver(images_type='flat')
+    cinder = drv._template_handler.volume_api = Cinder(device)
+    _root_disk(drv, _instance(drv, svc.image_id, 'raw'), svc.image_id)
+
+    convert = images.convert_image
+
+    def rewritten_first(src, dest, *args, **kwargs):
+        _rewrite(device, 'qcow2-backed-by-host-file', host_file, tmp_path)
+        return convert(src, dest, *args, **kwargs)
+
+    monkeypatch.setattr(images, 'convert_image', rewritten_first)
+    inst = _instance(drv, svc.image_id, 'raw')
+    disk_path = os.path.join(libvirt_utils.get_instance_path(inst), 'disk')
+    with pytest.raises(nova_exception.ImageUnacceptable,
+                       match=svc.image_id):
+        _root_disk(drv, inst, svc.image_id)
+    assert not os.path.lexists(disk_path)
+    assert cinder.attachments == {}
+    assert _files_holding(conf.conf.instances_path, MARKER) == []
+
+
+def test_no_qemu_img_probes_a_linked_template(
+        driver, conf, serve, tmp_path, brick_in_process,  # noqa: F811
+        processes):
+    """Every qemu-img run that reads a linked template names its format
+    (``-f``, or ``backing_fmt`` for an overlay on it): none is taken from
+    the volume's content."""
+    device = str(tmp_path / 'volume')
+    real.make_image(device, 'raw', SIZE)
+    svc = serve(ImageService(device, 'raw', locations=[
+        {'url': 'cinder://%s' % VOLUME_ID, 'metadata': {}}]))
+    conf.config(template_image_handler='volume-based-linking',
+                group='image_cache')
+    for backend in ('flat', 'qcow2'):
+        drv = driver(images_type=backend)
+        drv._template_handler.volume_api = Cinder(device)
+        _root_disk(drv, _instance(drv, svc.image_id, 'raw'), svc.image_id)
+        processes.start()
+        _root_disk(drv, _instance(drv, svc.image_id, 'raw'), svc.image_id)
+        processes.stop()
+        runs = [r for r in processes
+                if 'qemu-img' in r and _base(conf) in r]
+        assert runs, processes
+        for run in runs:
+            assert ' -f raw ' in run or 'backing_fmt=raw' in run, run
+        del processes[:]
