@@ -282,6 +282,8 @@ def test_destination_with_pools_makes_volumes(make_driver,  # noqa: F811
         resolver_mod.POOLS, pools.pool_target(drv._pools.get(
             pools.DISKS_POOL)))
     inst.save.assert_called_once()
+    # ...and kept by this host, whatever a save elsewhere does to it.
+    assert drv._arrivals[inst.uuid].storage == resolver_mod.POOLS
 
 
 def test_destination_without_pools_makes_files(make_driver):  # noqa: F811
@@ -425,31 +427,41 @@ def test_rollback_removes_what_the_destination_made(
     assert drv._resolver.recorded(inst).storage == resolver_mod.LEGACY
 
 
-@pytest.mark.parametrize('arrived, block_migration', [
-    (True, True),
+@pytest.mark.parametrize('made_here, arrived, block_migration, copied', [
+    (True, True, None, True),
     # Issue 27, 4: the arrival record this host wrote was dropped by a
-    # stale copy of the instance saved during the migration: the disks
-    # were copied here all the same (files, on this host without pools).
-    (False, True),
-    (False, False)])
+    # stale copy of the instance saved during the migration, and stock
+    # says None for a block migration the API was asked to 'auto'-choose:
+    # this host made the disks all the same (files, without pools).
+    (True, False, None, True),
+    # Made before a restart of this host (its memory is gone): the record.
+    (False, True, None, True),
+    (False, False, True, True),
+    # Shared storage.
+    (False, False, False, False),
+    (False, False, None, False)])
 def test_arrived_instance_records_where_its_disks_are(
-        make_driver, test_pools, arrived, block_migration):  # noqa: F811
+        make_driver, test_pools, made_here, arrived, block_migration,
+        copied):  # noqa: F811
     drv = test_pools(make_driver(images_type='flat',
                                  use_storage_pools=False))
     inst = _instance(imgtype_backend='qcow2', imgtype_storage='pools',
                      imgtype_pool='nova-disks-pool',
                      imgtype_native_formats='qcow2')
+    arrival = drv._resolver.arrival(drv._resolver.recorded(inst))
+    if made_here:
+        drv._arrivals[inst.uuid] = arrival
     fresh = _instance()
     if arrived:
-        drv._resolver.record_arrival(fresh, 'host1', drv._resolver.arrival(
-            drv._resolver.recorded(inst)), '/d')
+        drv._resolver.record_arrival(fresh, 'host1', arrival, '/d')
     with mock.patch.object(STOCK, 'post_live_migration_at_destination'), \
             mock.patch.object(objects.Instance, 'get_by_uuid',
                               return_value=fresh):
         drv.post_live_migration_at_destination(None, inst, None,
                                                block_migration, None)
     got = drv._resolver.recorded(inst)
-    if block_migration:
+    assert inst.uuid not in drv._arrivals
+    if copied:
         assert (got.backend, got.native_formats, got.storage, got.pool) == (
             'qcow2', ('qcow2',), resolver_mod.LEGACY, '')
         assert resolver_mod.SYSMETA_ARRIVAL not in fresh.system_metadata

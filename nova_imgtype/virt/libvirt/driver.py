@@ -87,6 +87,10 @@ class LibvirtDriver(driver_images.Images, driver_live.LiveMigration,
             CONF.use_cow_images, self._resolver, CONF, pools=self._pools)
         self.image_cache_manager = imagecache.ImageCacheManager(
             self._pool_backing_paths, self._template_handler)
+        #: Instances whose disks this host made for a live migration
+        #: arriving here (pre_live_migration), until it ends: this host's
+        #: own knowledge, which no save of the instance elsewhere drops.
+        self._arrivals: dict[str, resolver_mod.BackendDecision] = {}
         self._update_image_type_capabilities()
         if mapping:
             LOG.info('Image backends per image format: %s; other formats '

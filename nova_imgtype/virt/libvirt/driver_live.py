@@ -209,6 +209,7 @@ class LiveMigration(libvirt_driver.LibvirtDriver):
                         pool, pools_mod.volume_name(
                             instance.uuid, os.path.basename(info['path'])),
                         info['type'], info['virt_disk_size'])
+        self._arrivals[instance.uuid] = arrival
         self._resolver.record_arrival(instance, CONF.host, arrival,
                                       directory)
         instance.save()
@@ -308,6 +309,7 @@ class LiveMigration(libvirt_driver.LibvirtDriver):
         # The disks to remove are those pre_live_migration made here
         # (recorded or not: it may have failed half-way).
         decision = self._resolver.recorded(instance)
+        self._arrivals.pop(instance.uuid, None)
         if decision is None:
             return super().rollback_live_migration_at_destination(
                 *args, **kwargs)
@@ -323,14 +325,17 @@ class LiveMigration(libvirt_driver.LibvirtDriver):
                              args, kwargs)
         instance: objects.Instance = call['instance']
         super().post_live_migration_at_destination(*args, **kwargs)
+        made_here = self._arrivals.pop(instance.uuid, None)
         decision = self._resolver.recorded(instance)
         if decision is None:
             return
-        self._end_arrival(call['context'], instance)
-        # Stock's own word on whether the disks were copied here, not the
-        # arrival record: a stale copy of the instance saved elsewhere
-        # during the migration may have dropped it.
-        if not call['block_migration']:
+        recorded_arrival = self._end_arrival(call['context'], instance)
+        # Whether this host made the disks: its own memory of its
+        # pre_live_migration, else the arrival record it wrote there (a
+        # restart in between), else stock's block_migration (None when the
+        # API was asked for 'auto').
+        if (made_here is None and recorded_arrival is None and
+                not call['block_migration']):
             # Shared storage: the disks are where they were, in this host's
             # pool of the same storage (an rbd pool may have another name
             # here).
@@ -341,7 +346,7 @@ class LiveMigration(libvirt_driver.LibvirtDriver):
             return
         # The disks are where pre_live_migration made them; the compute
         # manager saves the instance after this.
-        arrival = self._resolver.arrival(decision)
+        arrival = made_here or self._resolver.arrival(decision)
         if arrival != decision:
             self._resolver.record(instance, arrival)
             LOG.info('Disks now %s%s', arrival.storage,
