@@ -135,7 +135,7 @@ def _measure(label: str, image: str, fmt: str, size: int, work: str,
         storage.create_cow(disks, 'disk', native, fmt, size)
 
     def pool_copy(run: int) -> None:
-        storage.copy(disks, 'disk', native_vol, 'raw', size)
+        storage.copy(disks, 'disk', native_vol, fmt, 'raw', size)
 
     def remove_volume(run: int) -> None:
         disks.storageVolLookupByName('disk').delete(0)

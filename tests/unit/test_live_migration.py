@@ -441,8 +441,8 @@ def test_rollback_removes_what_the_destination_made(
     (False, False, False, False),
     (False, False, None, False)])
 def test_arrived_instance_records_where_its_disks_are(
-        make_driver, test_pools, made_here, arrived, block_migration,
-        copied):  # noqa: F811
+        make_driver, test_pools,  # noqa: F811
+        made_here, arrived, block_migration, copied):
     drv = test_pools(make_driver(images_type='flat',
                                  use_storage_pools=False))
     inst = _instance(imgtype_backend='qcow2', imgtype_storage='pools',
