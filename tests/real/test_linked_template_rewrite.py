@@ -7,10 +7,10 @@ linked. Here the linked raw template is rewritten in place (as a write to
 the device would) to hold a qcow2 header, with or without a backing file
 naming a root-only host file. No new instance disk may then hold the host
 file's data, whatever backend makes it; the build fails naming the image
-and the template, the link is released through the handler (its
-attachment deleted), and the next build links the volume again, checked
-again. An overlay made before the rewrite names its backing format and
-never reads the host file.
+and the template. The link stays (disks made before use the volume); once
+the volume holds the image again, the next build, checked again, uses it.
+An overlay made before the rewrite names its backing format and never
+reads the host file.
 
 Real: qemu-img, files, oslo.concurrency's locks, os-brick's local
 connector (a file stands for the attached device), the driver's Flat and
@@ -26,6 +26,8 @@ from nova.virt.libvirt import utils as libvirt_utils
 
 from nova_imgtype.testing import libvirtd as real
 from nova_imgtype.testing.cinder import Cinder
+from nova_imgtype.virt.libvirt import pools
+from nova_imgtype.virt.libvirt import storage
 from nova_imgtype.virt.libvirt.template_handlers import volume_linking
 from tests.real.test_native_images import MiB
 from tests.real.test_native_images import conf  # noqa: F401
@@ -147,28 +149,22 @@ def test_a_rewritten_linked_template_is_refused_and_replaced(
     # The host file's data is nowhere in the instances' files (read as
     # bytes: raw, the format the template was accepted in).
     assert _files_holding(conf.conf.instances_path, MARKER) == []
-    # The changed template was refused (logged, naming it) and released
-    # through the handler; its replacement, linked or downloaded again and
-    # inspected, is refused too (the volume claims raw and holds qcow2):
-    # the build failed naming the image, no disk is left behind.
-    assert 'linked template %s is not what was accepted' % template in (
-        caplog.text)
+    # The changed template was refused, logged naming it: the build
+    # failed naming the image and the template, no disk is left behind.
+    # The link stays: the first disk still uses the volume.
+    assert 'Refused, never followed' in caplog.text
     assert isinstance(error, nova_exception.ImageUnacceptable), error
-    assert svc.image_id in str(error)
+    assert svc.image_id in str(error) and template in str(error)
     assert not os.path.lexists(disk_path)
-    assert not os.path.lexists(template)
-    assert cinder.attachments == {}
-    assert volume_linking.VolumeLinkingTemplateImageHandler().linked(
-        template) is None
-    downloads = svc.downloads
+    assert os.path.islink(template) and len(cinder.attachments) == 1
 
-    # The volume's owner puts the image back: the next build links it
-    # again (checked again) and its disk holds the image.
+    # The volume's owner puts the image back: the next build, checked
+    # again, uses the link and its disk holds the image.
     _restore(device, original)
     again = _root_disk(drv, _instance(drv, svc.image_id, 'raw'),
                        svc.image_id)
     assert os.path.islink(template) and len(cinder.attachments) == 1
-    assert svc.downloads == downloads
+    assert svc.downloads == 0
     assert real.sha256_of_guest_data(again.path, disk_fmt) == expected
 
 
@@ -177,8 +173,8 @@ def test_a_link_of_an_earlier_release_is_replaced_at_its_first_use(
         driver, conf, serve, tmp_path, brick_in_process,  # noqa: F811
         backend):
     """A link recorded without a format (an earlier release's) is
-    released and linked again, inspected, at its first use: the build
-    goes on."""
+    inspected at its first use as at linking, and the format found
+    recorded: the build goes on."""
     device = str(tmp_path / 'volume')
     chunks = real.make_image(device, 'raw', SIZE)
     svc = serve(ImageService(device, 'raw', locations=[
@@ -235,7 +231,7 @@ def test_the_copy_of_a_linked_template_is_checked_as_accepted(
                        match=svc.image_id):
         _root_disk(drv, inst, svc.image_id)
     assert not os.path.lexists(disk_path)
-    assert cinder.attachments == {}
+    assert len(cinder.attachments) == 1         # the first disk's
     assert _files_holding(conf.conf.instances_path, MARKER) == []
 
 
@@ -264,3 +260,49 @@ def test_no_qemu_img_probes_a_linked_template(
         for run in runs:
             assert ' -f raw ' in run or 'backing_fmt=raw' in run, run
         del processes[:]
+
+
+@pytest.mark.parametrize('images_type', ['flat', 'qcow2'])
+def test_a_rewritten_linked_template_makes_no_pool_volume(
+        driver, conf, serve, tmp_path, brick_in_process,  # noqa: F811
+        host_file, libvirt_conn, images_type):
+    """The pool path: a raw volume (createXMLFrom copy) or a qcow2 overlay
+    volume of a linked template takes its recorded format, checked again
+    first; rewritten, it is refused like a file's."""
+    device = str(tmp_path / 'volume')
+    chunks = real.make_image(device, 'raw', SIZE)
+    svc = serve(ImageService(device, 'raw', locations=[
+        {'url': 'cinder://%s' % VOLUME_ID, 'metadata': {}}]))
+    conf.config(template_image_handler='volume-based-linking',
+                group='image_cache')
+    drv = driver(images_type=images_type, use_storage_pools=True)
+    drv._pools = drv.image_backend.pools = pools.StoragePools(
+        lambda: libvirt_conn)
+    made = [drv._pools.ensure(spec) for spec in pools.host_specs(
+        conf.conf, drv._resolver.pool_backends())]
+    try:
+        drv._template_handler.volume_api = Cinder(device)
+        first = _root_disk(drv, _instance(drv, svc.image_id, 'raw'),
+                           svc.image_id)
+        fmt = first.volume_format
+        assert isinstance(first, storage.LibvirtStorage)
+        assert (real.sha256_of_guest_data(first.path, fmt) ==
+                real.sha256_of_chunks(64 * MiB, chunks))
+
+        _rewrite(device, 'qcow2-backed-by-host-file', host_file, tmp_path)
+        inst = _instance(drv, svc.image_id, 'raw')
+        with pytest.raises(nova_exception.ImageUnacceptable,
+                           match=svc.image_id):
+            _root_disk(drv, inst, svc.image_id)
+        disks = drv._pools.get(drv._resolver.decision_for(inst).pool)
+        assert drv._pools.find_volume(
+            disks, pools.volume_name(inst.uuid, 'disk')) is None
+        assert _files_holding(conf.conf.instances_path, MARKER) == []
+        assert MARKER not in _guest_data(first.path, fmt, tmp_path)
+    finally:
+        for pool in made:
+            if pool.name() != pools.BASE_POOL:
+                for vol in pool.listAllVolumes(0):
+                    vol.delete(0)
+            pool.destroy()
+            pool.undefine()

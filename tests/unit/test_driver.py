@@ -601,35 +601,3 @@ def test_a_cold_move_converts_only_what_the_record_says(
                              None, None, False, {})
     handed = jsonutils.loads(stock.call_args[0][3])
     assert handed == (disks if converted else [])
-
-
-@pytest.mark.parametrize('changed_again', [False, True])
-def test_a_changed_linked_template_is_released_and_replaced(
-        make_driver, changed_again):
-    """Issue 27, 3: the backend refuses a linked template that is no longer
-    what was accepted; the driver's handler, which linked it, releases it
-    and the disk is made once more, on a template linked (or downloaded)
-    and inspected anew. Refused again, the build fails."""
-    drv = make_driver(images_type='qcow2')
-    inst = _instance(imgtype_backend='qcow2', imgtype_native_formats='')
-    changed = exception.LinkedTemplateChanged(
-        image_id=IMAGE_ID, template='/i/_base/t', fmt='raw',
-        reason='its content is now qcow2')
-    outcomes = [changed, changed if changed_again else None]
-    with mock.patch.object(STOCK, '_try_fetch_image_cache',
-                           side_effect=outcomes) as stock, \
-            mock.patch.object(drv._template_handler,
-                              'remove_image') as remove:
-        def build():
-            drv._try_fetch_image_cache(
-                mock.sentinel.image, libvirt_utils.fetch_image, None,
-                nova_imagecache.get_cache_fname(IMAGE_ID), IMAGE_ID, inst, 1)
-        if changed_again:
-            with pytest.raises(nova_exception.ImageUnacceptable,
-                               match='is now qcow2'):
-                build()
-        else:
-            build()
-    assert stock.call_count == 2
-    assert remove.call_args_list == [mock.call('/i/_base/t')] * (
-        2 if changed_again else 1)

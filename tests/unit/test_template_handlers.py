@@ -506,40 +506,39 @@ def test_a_link_records_the_format_it_was_accepted_in(linking, glance,
     assert fmt == 'raw' and str(inspector) == 'raw'
 
 
-@pytest.mark.parametrize('case', ['rewritten', 'unsafe', 'no-format'])
-def test_a_changed_linked_template_is_refused_and_released(
+@pytest.mark.parametrize('case', ['rewritten', 'unsafe'])
+def test_a_changed_linked_template_is_refused_and_kept(
         linking, glance, cache, tmp_path, caplog, privsep, case):
     device, target = _linked_raw(linking, glance, cache)
-    if case == 'no-format':
-        # Linked by an older release: nothing says what was accepted.
-        state = linking.linked(target)
-        del state['format']
-        linking._record(target, state)
+    other = str(tmp_path / 'other')
+    if case == 'unsafe':
+        qemu_img('create', '-f', 'qcow2', '-b', '/etc/hostname', '-F',
+                 'raw', other, '16M')
     else:
-        other = str(tmp_path / 'other')
-        if case == 'unsafe':
-            qemu_img('create', '-f', 'qcow2', '-b', '/etc/hostname', '-F',
-                     'raw', other, '16M')
-        else:
-            qemu_img('create', '-f', 'qcow2', other, '16M')
-        with open(other, 'rb') as src, open(device, 'r+b') as dst:
-            dst.write(src.read())
+        qemu_img('create', '-f', 'qcow2', other, '16M')
+    with open(other, 'rb') as src, open(device, 'r+b') as dst:
+        dst.write(src.read())
     with pytest.raises(imgtype_exception.LinkedTemplateChanged) as e:
         volume_linking.checked(target)
     assert isinstance(e.value, exception.ImageUnacceptable)
     assert IMAGE_ID in str(e.value) and target in str(e.value)
-    assert e.value.kwargs['template'] == target
-    assert {'rewritten': 'is now qcow2', 'unsafe': "fails Nova's",
-            'no-format': 'no format was recorded'}[case] in str(e.value)
+    assert {'rewritten': 'is now qcow2',
+            'unsafe': "fails Nova's"}[case] in str(e.value)
     assert 'Refused, never followed' in caplog.text
-    # Released by the driver (test_driver), not here.
-    assert os.path.lexists(target)
-    # Released through the handler: link, attachment and record gone.
-    linking.remove_image(e.value.kwargs['template'])
-    assert not os.path.lexists(target)
-    assert linking.volume_api.attachments == {}
-    assert linking.linked(target) is None
-    assert os.path.exists(device)
+    # The link stays: disks made on it before still use the volume.
+    assert os.path.islink(target)
+    assert len(linking.volume_api.attachments) == 1
+    assert linking.linked(target)['format'] == 'raw'
+
+
+def test_a_link_of_an_earlier_release_gets_its_format_recorded(
+        linking, glance, cache, privsep):
+    _, target = _linked_raw(linking, glance, cache)
+    state = linking.linked(target)
+    del state['format']
+    linking._record(target, state)
+    assert volume_linking.checked(target)[0] == 'raw'
+    assert linking.linked(target)['format'] == 'raw'
 
 
 def test_a_copy_of_a_linked_template_is_checked_as_accepted(

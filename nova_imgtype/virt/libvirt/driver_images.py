@@ -24,7 +24,6 @@ from nova.virt.libvirt import imagecache as nova_imagecache
 from nova.virt.libvirt import utils as libvirt_utils
 from oslo_config import cfg
 from oslo_log import log as logging
-from oslo_utils import excutils
 from oslo_utils import fileutils
 from oslo_utils import uuidutils
 
@@ -93,22 +92,7 @@ class Images(libvirt_driver.LibvirtDriver):
 
         args, kwargs = call.replaced(fetch_func=fetch_template,
                                      filename=filename)
-        try:
-            super()._try_fetch_image_cache(*args, **kwargs)
-        except exception.LinkedTemplateChanged as e:
-            # A linked template that is no longer what was accepted (its
-            # volume rewritten, or linked by a release that recorded no
-            # format): refused, released, and replaced once, linked (or
-            # downloaded) again and inspected as any new template.
-            self._template_handler.remove_image(e.kwargs['template'])
-            LOG.warning('Replacing linked template %s', e.kwargs['template'],
-                        instance=instance)
-            try:
-                super()._try_fetch_image_cache(*args, **kwargs)
-            except exception.LinkedTemplateChanged as again:
-                with excutils.save_and_reraise_exception():
-                    self._template_handler.remove_image(
-                        again.kwargs['template'])
+        super()._try_fetch_image_cache(*args, **kwargs)
 
     def cache_image(self, *args: Any, **kwargs: Any) -> bool:
         """Pre-cache the template a new instance of the image would use.

@@ -144,11 +144,7 @@ class VolumeLinkingTemplateImageHandler(base.BaseTemplateImageHandler):
         return linked_state(target)
 
     def _record(self, target: str, state: dict[str, Any]) -> None:
-        path = self._state_path(target)
-        fileutils.ensure_tree(os.path.dirname(path))
-        with open(path + '.tmp', 'w') as f:
-            json.dump(state, f)
-        os.rename(path + '.tmp', path)
+        _record_state(target, state)
 
     # -- os-brick -----------------------------------------------------------
 
@@ -378,6 +374,15 @@ def linked_state(target: str) -> dict[str, Any] | None:
     return state
 
 
+def _record_state(target: str, state: dict[str, Any]) -> None:
+    """Record what is linked as ``target``, atomically (a rename)."""
+    path = VolumeLinkingTemplateImageHandler._state_path(target)
+    fileutils.ensure_tree(os.path.dirname(path))
+    with open(path + '.tmp', 'w') as f:
+        json.dump(state, f)
+    os.rename(path + '.tmp', path)
+
+
 def checked(target: str) -> tuple[str, Any]:
     """The format the linked template ``target`` was accepted in, its
     content checked again: what every use of it names; and Nova's format
@@ -391,14 +396,24 @@ def checked(target: str) -> tuple[str, Any]:
     finds must be the recorded one. Nothing is taken from the content: a
     template that changed is refused (:func:`_refuse`).
 
+    A link of an earlier release, recorded without a format, is accepted
+    as it is accepted when linked: its content passes the safety check
+    now, and the format found is recorded for every later use.
+
     :raises LinkedTemplateChanged: naming the image and the template.
     """
     state = linked_state(target)
-    fmt = None if state is None else state.get('format')
-    if state is None or fmt is None:
-        _refuse(target, state, None,
-                _('no format was recorded when it was linked') if state
-                else _('it is not recorded as linked'))
+    if state is None:
+        _refuse(target, state, None, _('it is not recorded as linked'))
+    fmt = state.get('format')
+    if fmt is None:
+        inspector = _check_content(target, target, state, None)
+        fmt = sizes.template_format(inspector)
+        _record_state(target, dict(state, format=fmt))
+        LOG.info('Linked template %(target)s of image %(image)s: format '
+                 '%(fmt)s recorded', {'target': target, 'fmt': fmt,
+                                      'image': state.get('image_id')})
+        return fmt, inspector
     return str(fmt), _check_content(target, target, state, str(fmt))
 
 
@@ -416,7 +431,7 @@ def check_copy(target: str, copy: str, fmt: str) -> None:
 
 
 def _check_content(target: str, path: str, state: dict[str, Any] | None,
-                   fmt: str) -> Any:
+                   fmt: str | None) -> Any:
     """Nova's format inspector of ``path`` (``target`` or a copy of it),
     after its safety check, when the format it finds (named as qemu-img
     names it: raw for a GPT or ISO 9660 raw disk) is ``fmt``; otherwise
@@ -427,18 +442,22 @@ def _check_content(target: str, path: str, state: dict[str, Any] | None,
             format_inspector.ImageFormatError) as e:
         _refuse(target, state, fmt, _('its content fails Nova\'s '
                                       'inspection: %s') % e)
-    found = sizes.guest_format(inspector) or str(inspector)
-    if found != fmt:
+    found = sizes.template_format(inspector)
+    if fmt is not None and found != fmt:
         _refuse(target, state, fmt, _('its content is now %s') % found)
     return inspector
 
 
 def _refuse(target: str, state: dict[str, Any] | None, fmt: str | None,
             reason: str) -> NoReturn:
-    """Refuse the linked template ``target`` for this use, logged. The
-    driver, whose handler made the link, releases it
-    (:meth:`VolumeLinkingTemplateImageHandler.remove_image`), so that the
-    next build links or downloads the image again, and inspects it.
+    """Refuse the linked template ``target`` for this use, logged.
+
+    The link stays: disks made on it before (qcow2 overlays, running
+    guests) still use the volume, and releasing it would take their
+    backing from under them. The template is refused at each use until
+    its volume holds again what was accepted, or the image cache manager
+    removes it once no disk uses it (the next build then links the image
+    anew, inspected).
 
     :raises LinkedTemplateChanged: always, naming the image and the
         template.
@@ -447,6 +466,7 @@ def _refuse(target: str, state: dict[str, Any] | None, fmt: str | None,
     error = imgtype_exception.LinkedTemplateChanged(
         image_id=image_id, template=target, fmt=fmt or _('no format'),
         reason=reason)
-    LOG.error('%s. Refused, never followed: the link is released and the '
-              'next build links or downloads the image again', error)
+    LOG.error('%s. Refused, never followed: no disk is made on it until '
+              'its volume holds what was accepted, or it is unused and '
+              'the image cache manager removes it', error)
     raise error
