@@ -159,18 +159,23 @@ def test_a_config_drive_volume_is_raw_whatever_its_bytes(
     pool_driver._delete_pool_volumes(inst)
 
 
-def test_adoption_keeps_each_files_recorded_format(
-        pool_driver, tmp_path, host_secret):  # noqa: F811
-    """Issue 27, 2: a legacy Flat instance with a qcow2 root and a raw
-    ephemeral disk into whose bytes the guest wrote a qcow2 header."""
+def _legacy_flat(drv):
+    """A stopped legacy ``flat`` instance and its (empty) directory."""
     inst = objects.Instance(
         uuid=str(uuid.uuid4()), task_state=None, vm_state='stopped',
         system_metadata={'imgtype_backend': 'flat',
                          'imgtype_storage': 'legacy',
                          'imgtype_native_formats': ''})
-    inst_dir = os.path.join(pool_driver._resolver._conf.instances_path,
-                            inst.uuid)
+    inst_dir = os.path.join(drv._resolver._conf.instances_path, inst.uuid)
     os.makedirs(inst_dir)
+    return inst, inst_dir
+
+
+def test_adoption_keeps_each_files_recorded_format(
+        pool_driver, tmp_path, host_secret):  # noqa: F811
+    """Issue 27, 2: a legacy Flat instance with a qcow2 root and a raw
+    ephemeral disk into whose bytes the guest wrote a qcow2 header."""
+    inst, inst_dir = _legacy_flat(pool_driver)
     root = os.path.join(inst_dir, 'disk')
     local = os.path.join(inst_dir, 'disk.local')
     real.make_image(root, 'qcow2', 8 * MiB)
@@ -199,14 +204,7 @@ def test_adoption_keeps_each_files_recorded_format(
 
 def test_adoption_without_a_recorded_format_leaves_the_files(
         pool_driver, tmp_path):  # noqa: F811
-    inst = objects.Instance(
-        uuid=str(uuid.uuid4()), task_state=None, vm_state='stopped',
-        system_metadata={'imgtype_backend': 'flat',
-                         'imgtype_storage': 'legacy',
-                         'imgtype_native_formats': ''})
-    inst_dir = os.path.join(pool_driver._resolver._conf.instances_path,
-                            inst.uuid)
-    os.makedirs(inst_dir)
+    inst, inst_dir = _legacy_flat(pool_driver)
     real.make_image(os.path.join(inst_dir, 'disk'), 'raw', 1 * MiB)
     with mock.patch.object(objects.Instance, 'save') as save:
         pool_driver._move_to_pools(inst)

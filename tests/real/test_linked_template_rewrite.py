@@ -106,30 +106,43 @@ def _files_holding(root, needle):
     return found
 
 
-@pytest.mark.parametrize('kind', ['qcow2-backed-by-host-file', 'qcow2'])
-@pytest.mark.parametrize('backend', ['flat', 'qcow2'])
-def test_a_rewritten_linked_template_is_refused_and_replaced(
-        driver, conf, serve, tmp_path, brick_in_process,  # noqa: F811
-        host_file, backend, kind, caplog):
+def _linked_volume(driver, conf, serve, tmp_path, **flags):  # noqa: F811
+    """A raw image whose volume the driver links; (the device standing
+    for the attached volume, its chunks, the image service, the driver,
+    the fake Cinder)."""
     device = str(tmp_path / 'volume')
     chunks = real.make_image(device, 'raw', SIZE)
-    with open(device, 'rb') as f:
-        original = f.read()
     svc = serve(ImageService(device, 'raw', locations=[
         {'url': 'cinder://%s' % VOLUME_ID, 'metadata': {}}]))
     conf.config(template_image_handler='volume-based-linking',
                 group='image_cache')
-    drv = driver(images_type=backend)
+    drv = driver(**flags)
     cinder = drv._template_handler.volume_api = Cinder(device)
+    return device, chunks, svc, drv, cinder
+
+
+def _template(conf):  # noqa: F811
+    (name,) = [f for f in os.listdir(_base(conf))
+               if f != volume_linking.STATE_DIR]
+    return os.path.join(_base(conf), name)
+
+
+@pytest.mark.parametrize('kind', ['qcow2-backed-by-host-file', 'qcow2'])
+@pytest.mark.parametrize('backend', ['flat', 'qcow2'])
+def test_a_rewritten_linked_template_is_refused(
+        driver, conf, serve, tmp_path, brick_in_process,  # noqa: F811
+        host_file, backend, kind, caplog):
+    device, chunks, svc, drv, cinder = _linked_volume(
+        driver, conf, serve, tmp_path, images_type=backend)
+    with open(device, 'rb') as f:
+        original = f.read()
     # The format each backend's disks are given to QEMU with: the Qcow2
     # backend's are qcow2; a Flat disk is a copy of the raw template.
     disk_fmt = 'qcow2' if backend == 'qcow2' else 'raw'
 
     first = _root_disk(drv, _instance(drv, svc.image_id, 'raw'),
                        svc.image_id)
-    (name,) = [f for f in os.listdir(_base(conf))
-               if f != volume_linking.STATE_DIR]
-    template = os.path.join(_base(conf), name)
+    template = _template(conf)
     assert os.path.islink(template)
     expected = real.sha256_of_chunks(64 * MiB, chunks)
     assert real.sha256_of_guest_data(first.path, disk_fmt) == expected
@@ -169,25 +182,17 @@ def test_a_rewritten_linked_template_is_refused_and_replaced(
 
 
 @pytest.mark.parametrize('backend', ['flat', 'qcow2'])
-def test_a_link_of_an_earlier_release_is_replaced_at_its_first_use(
+def test_a_link_of_an_earlier_release_gets_its_format_at_first_use(
         driver, conf, serve, tmp_path, brick_in_process,  # noqa: F811
         backend):
     """A link recorded without a format (an earlier release's) is
     inspected at its first use as at linking, and the format found
     recorded: the build goes on."""
-    device = str(tmp_path / 'volume')
-    chunks = real.make_image(device, 'raw', SIZE)
-    svc = serve(ImageService(device, 'raw', locations=[
-        {'url': 'cinder://%s' % VOLUME_ID, 'metadata': {}}]))
-    conf.config(template_image_handler='volume-based-linking',
-                group='image_cache')
-    drv = driver(images_type=backend)
-    cinder = drv._template_handler.volume_api = Cinder(device)
+    _device, chunks, svc, drv, cinder = _linked_volume(
+        driver, conf, serve, tmp_path, images_type=backend)
     disk_fmt = 'qcow2' if backend == 'qcow2' else 'raw'
     _root_disk(drv, _instance(drv, svc.image_id, 'raw'), svc.image_id)
-    (name,) = [f for f in os.listdir(_base(conf))
-               if f != volume_linking.STATE_DIR]
-    template = os.path.join(_base(conf), name)
+    template = _template(conf)
     handler = drv._template_handler
     state = handler.linked(template)
     del state['format']
@@ -208,14 +213,8 @@ def test_the_copy_of_a_linked_template_is_checked_as_accepted(
     too, and refused; no disk is left."""
     from nova.virt import images
 
-    device = str(tmp_path / 'volume')
-    real.make_image(device, 'raw', SIZE)
-    svc = serve(ImageService(device, 'raw', locations=[
-        {'url': 'cinder://%s' % VOLUME_ID, 'metadata': {}}]))
-    conf.config(template_image_handler='volume-based-linking',
-                group='image_cache')
-    drv = driver(images_type='flat')
-    cinder = drv._template_handler.volume_api = Cinder(device)
+    device, _chunks, svc, drv, cinder = _linked_volume(
+        driver, conf, serve, tmp_path, images_type='flat')
     _root_disk(drv, _instance(drv, svc.image_id, 'raw'), svc.image_id)
 
     convert = images.convert_image
@@ -269,19 +268,14 @@ def test_a_rewritten_linked_template_makes_no_pool_volume(
     """The pool path: a raw volume (createXMLFrom copy) or a qcow2 overlay
     volume of a linked template takes its recorded format, checked again
     first; rewritten, it is refused like a file's."""
-    device = str(tmp_path / 'volume')
-    chunks = real.make_image(device, 'raw', SIZE)
-    svc = serve(ImageService(device, 'raw', locations=[
-        {'url': 'cinder://%s' % VOLUME_ID, 'metadata': {}}]))
-    conf.config(template_image_handler='volume-based-linking',
-                group='image_cache')
-    drv = driver(images_type=images_type, use_storage_pools=True)
+    device, chunks, svc, drv, _cinder = _linked_volume(
+        driver, conf, serve, tmp_path, images_type=images_type,
+        use_storage_pools=True)
     drv._pools = drv.image_backend.pools = pools.StoragePools(
         lambda: libvirt_conn)
     made = [drv._pools.ensure(spec) for spec in pools.host_specs(
         conf.conf, drv._resolver.pool_backends())]
     try:
-        drv._template_handler.volume_api = Cinder(device)
         first = _root_disk(drv, _instance(drv, svc.image_id, 'raw'),
                            svc.image_id)
         fmt = first.volume_format
