@@ -143,6 +143,23 @@ def get_value(instance: Any, key: str) -> str | None:
     return value
 
 
+def sync(instance: Any, saved: Mapping[str, str]) -> bool:
+    """Make the instance's record the one in ``saved`` (the system
+    metadata as saved last, read from the database), key by key.
+
+    Nova saves system metadata as a whole dict: an instance object another
+    host sent, saved after the plugin wrote the record elsewhere, would put
+    back its stale copy of the record. Returns whether anything changed.
+    """
+    meta = instance.system_metadata
+    changed = False
+    for key in KEYS:
+        if meta.get(key) != saved.get(key):
+            _set(meta, key, saved.get(key))
+            changed = True
+    return changed
+
+
 def _set(meta: Any, key: str, value: str | None) -> None:
     if value:
         if len(value) > _MAX_VALUE:

@@ -333,7 +333,7 @@ def _sent(drv, storage, directory, migrate_data, **fill):
     (the guest sent, the guest's mock, the mocked config drive copy)."""
     inst = _instance(imgtype_backend='qcow2', imgtype_storage='pools')
     inst.uuid = UUID
-    fresh = _instance()
+    fresh = _instance(**dict(inst.system_metadata))
     drv._resolver.record_arrival(fresh, 'host2', resolver_mod.BackendDecision(
         'qcow2', (), storage, 'nova-disks-pool' if storage ==
         resolver_mod.POOLS else None), directory)
@@ -402,7 +402,7 @@ def test_rollback_removes_what_the_destination_made(
     inst = _instance(imgtype_backend='flat', imgtype_storage='legacy')
     disks = drv._pools.get(pools.DISKS_POOL)
     drv._pools.create_empty(disks, '%s_disk' % inst.uuid, 'raw', 1 << 20)
-    fresh = _instance()
+    fresh = _instance(**dict(inst.system_metadata))
     drv._resolver.record_arrival(fresh, 'host1', drv._resolver.arrival(
         drv._resolver.recorded(inst)), '/d')
     seen = []
@@ -451,7 +451,7 @@ def test_arrived_instance_records_where_its_disks_are(
     arrival = drv._resolver.arrival(drv._resolver.recorded(inst))
     if made_here:
         drv._arrivals[inst.uuid] = arrival
-    fresh = _instance()
+    fresh = _instance(**dict(inst.system_metadata))
     if arrived:
         drv._resolver.record_arrival(fresh, 'host1', arrival, '/d')
     with mock.patch.object(STOCK, 'post_live_migration_at_destination'), \
@@ -509,7 +509,8 @@ def test_shared_rbd_volumes_are_recorded_in_this_hosts_pool(
                      imgtype_pool='nova-disks-pool-rbd')
     with mock.patch.object(STOCK, 'post_live_migration_at_destination'), \
             mock.patch.object(objects.Instance, 'get_by_uuid',
-                              return_value=_instance()):
+                              return_value=_instance(
+                                  **dict(inst.system_metadata))):
         drv.post_live_migration_at_destination(None, inst, None, False,
                                                None)
     got = drv._resolver.recorded(inst)
@@ -555,3 +556,29 @@ def test_a_qcow2_volume_names_its_template():
     info = lm.volume_disk_info(vol, 'qcow2')
     assert (info['type'], info['backing_file'], info['virt_disk_size']) == (
         'qcow2', '0123abcd', 1 << 30)
+
+
+def test_the_source_s_stale_record_is_not_saved_back(
+        make_driver, test_pools):  # noqa: F811
+    """Issue 27, 4 (seen in the gate): the instance the source sends has
+    the arrival record (it re-read it while migrating); the compute manager
+    saves that object whole after post_live_migration_at_destination, so
+    the arrival this host dropped came back."""
+    drv = test_pools(make_driver(images_type='flat',
+                                 use_storage_pools=False))
+    sent = _instance(imgtype_backend='qcow2', imgtype_storage='pools',
+                     imgtype_pool='nova-disks-pool',
+                     imgtype_native_formats='qcow2')
+    arrival = drv._resolver.arrival(drv._resolver.recorded(sent))
+    drv._resolver.record_arrival(sent, 'host1', arrival, '/d')
+    fresh = _instance(**dict(sent.system_metadata))
+    drv._arrivals[sent.uuid] = arrival
+    with mock.patch.object(STOCK, 'post_live_migration_at_destination'), \
+            mock.patch.object(objects.Instance, 'get_by_uuid',
+                              return_value=fresh):
+        drv.post_live_migration_at_destination(None, sent, None, None, None)
+    # What the compute manager saves next.
+    assert resolver_mod.SYSMETA_ARRIVAL not in sent.system_metadata
+    got = drv._resolver.recorded(sent)
+    assert (got.storage, got.pool) == (resolver_mod.LEGACY, '')
+

@@ -25,6 +25,7 @@ from oslo_serialization import jsonutils
 import nova_imgtype.conf
 from nova_imgtype import compat
 from nova_imgtype import exception
+from nova_imgtype import record as record_mod
 from nova_imgtype import traits
 from nova_imgtype.virt.libvirt import live_migration
 from nova_imgtype.virt.libvirt import pools as pools_mod
@@ -294,11 +295,17 @@ class LiveMigration(libvirt_driver.LibvirtDriver):
 
     def _end_arrival(self, context: Any,
                      instance: objects.Instance) -> tuple[str, str] | None:
-        """Drop this host's arrival record; what it was."""
+        """Drop this host's arrival record; what it was.
+
+        ``instance`` (the copy the source sent, which the compute manager
+        saves whole after this) gets the record as saved, less the
+        arrival: its stale copy of the record is not saved back.
+        """
         fresh = self._fresh(context, instance)
         arrival = self._resolver.recorded_arrival(fresh, CONF.host)
         if self._resolver.drop_arrival(fresh):
             fresh.save()
+        record_mod.sync(instance, fresh.system_metadata)
         return arrival
 
     def rollback_live_migration_at_destination(self, *args: Any,
@@ -326,10 +333,10 @@ class LiveMigration(libvirt_driver.LibvirtDriver):
         instance: objects.Instance = call['instance']
         super().post_live_migration_at_destination(*args, **kwargs)
         made_here = self._arrivals.pop(instance.uuid, None)
-        decision = self._resolver.recorded(instance)
-        if decision is None:
+        if self._resolver.recorded(instance) is None:
             return
         recorded_arrival = self._end_arrival(call['context'], instance)
+        decision = self._resolver.decision_for(instance)
         # Whether this host made the disks: its own memory of its
         # pre_live_migration, else the arrival record it wrote there (a
         # restart in between), else stock's block_migration (None when the
