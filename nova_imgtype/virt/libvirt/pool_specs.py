@@ -202,9 +202,12 @@ def pool_type(pool: Pool) -> str:
 
 
 def volume_format(vol: Volume) -> str:
-    """The format libvirt found for a volume (raw, qcow2, ...)."""
+    """The format libvirt reads a volume in (raw, qcow2, ...), named as
+    QEMU names it: an ISO 9660 file, which a dir pool calls ``iso``, is a
+    raw disk."""
     fmt = ElementTree.fromstring(vol.XMLDesc(0)).find('target/format')
-    return (fmt.get('type') if fmt is not None else None) or 'raw'
+    found = (fmt.get('type') if fmt is not None else None) or 'raw'
+    return 'raw' if found == 'iso' else found
 
 
 def volume_name(instance_uuid: str, disk_name: str) -> str:

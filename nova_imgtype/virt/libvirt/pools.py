@@ -236,10 +236,10 @@ class StoragePools:
         is not a regular file (a linked template's block device).
         """
         source_dir = pool_type(source.storagePoolLookupByVolume()) == 'dir'
-        if source_dir and volume_format(source) != source_format:
+        probed = volume_format(source) if source_dir else source_format
+        if probed != source_format:
             raise exception.VolumeFormatMismatch(
-                volume=source.name(), recorded=source_format,
-                probed=volume_format(source))
+                volume=source.name(), recorded=source_format, probed=probed)
         if (not preallocate and fmt == 'raw' and pool_type(pool) == 'dir'
                 and source_format == 'raw' and source_dir and
                 sparse.is_regular_file(source.path())):
