@@ -548,7 +548,7 @@ def test_a_copy_of_a_linked_template_is_checked_as_accepted(
     qemu_img('create', '-f', 'qcow2', copy, '16M')
     with pytest.raises(imgtype_exception.LinkedTemplateChanged,
                        match='is now qcow2'):
-        volume_linking.check_copy(target, copy, 'raw')
+        volume_linking.check_copy(target, copy)
 
 
 # -- read-only attachments (Cinder's API mocked: no Cinder runs here) ---------

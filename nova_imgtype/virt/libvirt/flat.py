@@ -130,4 +130,4 @@ class Flat(sizes.InProcessSizes, imagebackend.Flat):
                   base, fmt, self.path)
         with fileutils.remove_path_on_error(self.path):
             images.convert_image(base, self.path, 'raw', 'raw')
-            volume_linking.check_copy(base, self.path, fmt)
+            volume_linking.check_copy(base, self.path)

@@ -38,6 +38,7 @@ from nova import exception
 from nova import utils
 from nova.i18n import _
 from nova.image import glance
+from nova.virt import images
 from nova.volume import cinder
 from os_brick.initiator import connector as brick_connector
 from oslo_config import cfg
@@ -61,6 +62,9 @@ STATE_DIR = '.linked'
 _OWNER_NS = uuid.UUID('8f7c0b1e-2c4a-4d7e-9a51-6b0f3c9e2d11')
 
 
+#: The format Nova's format inspector read in a template when it was
+#: linked, recorded with it.
+INSPECTED = 'inspected_format'
 #: Cinder's first microversion with attachment modes (``mode='ro'``).
 READ_ONLY_MICROVERSION = '3.54'
 
@@ -315,7 +319,8 @@ class VolumeLinkingTemplateImageHandler(base.BaseTemplateImageHandler):
                     'image_id': image_id, 'volume_id': volume_id,
                     'attachment_id': attachment['id'],
                     'connection_info': info, 'device_path': device,
-                    'format': fmt})
+                    'format': fmt, INSPECTED: sizes.template_format(
+                        images.get_image_format(device))})
                 self.volume_api.attachment_complete(context,
                                                     attachment['id'])
             except Exception:
@@ -409,25 +414,37 @@ def checked(target: str) -> tuple[str, Any]:
     if fmt is None:
         inspector = _check_content(target, target, state, None)
         fmt = sizes.template_format(inspector)
-        _record_state(target, dict(state, format=fmt))
+        _record_state(target, dict(state, format=fmt, **{INSPECTED: fmt}))
         LOG.info('Linked template %(target)s of image %(image)s: format '
                  '%(fmt)s recorded', {'target': target, 'fmt': fmt,
                                       'image': state.get('image_id')})
         return fmt, inspector
-    return str(fmt), _check_content(target, target, state, str(fmt))
+    return str(fmt), _check_content(target, target, state, _inspected(state))
 
 
-def check_copy(target: str, copy: str, fmt: str) -> None:
+def check_copy(target: str, copy: str) -> None:
     """``copy``, the bytes of the linked template ``target`` just copied
-    into a file of this host, is still what was accepted as ``fmt``.
+    into a file of this host, still reads as what was accepted.
 
     The volume can be rewritten between :func:`checked` and the copy; the
     copy cannot, and is what the disk is. On failure the caller removes
     the copy.
 
-    :raises ImageUnacceptable: as :func:`checked`.
+    :raises LinkedTemplateChanged: as :func:`checked`.
     """
-    _check_content(target, copy, linked_state(target), fmt)
+    state = linked_state(target)
+    _check_content(target, copy, state,
+                   _inspected(state) if state is not None else None)
+
+
+def _inspected(state: dict[str, Any]) -> str:
+    """What Nova's format inspector read in the template when it was
+    linked (its recorded format, for a link recorded before this was):
+    what it must read at each use. With
+    ``[workarounds]disable_deep_image_inspection`` the accepted format came
+    from ``qemu-img``, and may differ (a truncated qcow2 is raw to the
+    inspector); the inspector is compared with itself."""
+    return str(state.get(INSPECTED) or state['format'])
 
 
 def _check_content(target: str, path: str, state: dict[str, Any] | None,
