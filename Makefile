@@ -3,7 +3,8 @@
 #   make test   - every test tier (unit, functional, real, gate: a real
 #                 cloud brought up, checked and taken down)
 #   make gate   - a real cloud on this machine (as root), judged by tempest
-#                 against stock Nova; KEEP=1 leaves it running
+#                 against stock Nova; KEEP=1 leaves it running, TIMING=1
+#                 measures boot times on both drivers too
 # Both set up what is missing: Debian packages from bindep.txt (as root),
 # a .venv, and the Python packages pinned by constraints/$(NOVA).txt.
 #
@@ -80,7 +81,7 @@ real: venv
 	$(PY) -m pytest tests/real $(PYTEST_ARGS)
 
 gate: gate-venv
-	$(PY) -m gate $(if $(KEEP),--keep)
+	$(PY) -m gate $(if $(KEEP),--keep) $(if $(TIMING),--timing)
 
 demo: venv
 	$(VENV)/bin/nova-imgtype demo

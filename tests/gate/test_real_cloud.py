@@ -21,7 +21,6 @@ import sys
 import pytest
 
 from gate import checks
-from gate import timing
 from gate.cloud import layout
 from gate.cloud import up
 
@@ -30,8 +29,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason='the gate cloud needs root')
-# The whole gate takes about 25 minutes on 2 cores (7 of them the boot
-# times): the project's 900 s per-test limit would stop it.
+# The whole gate takes about 20 minutes on 2 cores: the project's 900 s
+# per-test limit would stop it.
 @pytest.mark.timeout(2400)
 def test_real_cloud_passes_the_gate():
     # A cloud left by an earlier, interrupted run is not this run's to judge.
@@ -58,26 +57,10 @@ def test_real_cloud_passes_the_gate():
     assert summary['ok'], summary['problems']
     assert summary['defects'] == 0 and summary['plugin_failures'] == 0
     assert summary['upstream_passed_on_both'] >= summary['min_passed'] >= 40
-    # Boot times on stock's computes and on the plugin's, for every
-    # compute, image and cache state: timing.RUNS cold boots, and
-    # timing.WARM_BOOTS warm ones after each.
-    rows = results['timing']['rows']
-    assert {(r['host'], r['format'], r['state']) for r in rows} == {
-        (c.host, fmt, state) for c in layout.COMPUTES
-        for fmt in timing.FORMATS for state in timing.STATES}
-    boots = {'cold': timing.RUNS, 'warm': timing.RUNS * timing.WARM_BOOTS}
-    assert all(len(r['stock']) == len(r['plugin']) == boots[r['state']]
-               and min(r['stock'] + r['plugin']) > 0 for r in rows)
-    # nova-compute's own build time of every one of those boots was found
-    # in its log, and is part of the boot.
-    assert all(len(r[side + '_compute']) == len(r[side])
-               and r[side + '_compute_median'] < r[side + '_median']
-               for r in rows for side in ('stock', 'plugin'))
-    # The cold qcow2's 0.7x is the target only where the plugin maps qcow2.
-    assert {r['host']: r['target'] for r in rows
-            if (r['format'], r['state']) == ('qcow2', 'cold')} == {
-        c.host: 0.7 if 'qcow2:' in c.mapping else 1.0
-        for c in layout.COMPUTES}
+    # Boot times are `make gate TIMING=1`'s (reported, not judged), not
+    # make test's.
+    assert results['timing'] is None
+    assert '[timing]' not in out
     # Everything it started is gone: no compute's sshd or libvirtd answers.
     for c in layout.COMPUTES:
         probe = subprocess.run(['ss', '-Hltn', 'src', c.ip],
