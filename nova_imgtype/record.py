@@ -46,9 +46,15 @@ ARRIVAL = 'imgtype_live_migration_arrival'
 #: The image the instance's disks were last made from (a refused rebuild
 #: puts it back).
 IMAGE = 'imgtype_image_ref'
+#: The template the root disk was made from: ``<image id>:<cache name>``,
+#: the name under ``_base`` (and in the image cache pool) as this host
+#: fetched it. A move's destination fetches that image under that name, or
+#: refuses; never under a name read from a disk.
+TEMPLATE = 'imgtype_root_template'
 
 #: Every key of the record.
-KEYS = (BACKEND, NATIVE, STORAGE, POOL, DISK_FORMATS, ARRIVAL, IMAGE)
+KEYS = (BACKEND, NATIVE, STORAGE, POOL, DISK_FORMATS, ARRIVAL, IMAGE,
+        TEMPLATE)
 
 POOLS = 'pools'
 LEGACY = 'legacy'
@@ -123,6 +129,21 @@ def write(instance: Any, decision: BackendDecision) -> None:
 def backend(meta: Mapping[str, str]) -> str | None:
     """The recorded backend name (what the scheduler asks for)."""
     return meta.get(BACKEND) or None
+
+
+def template(meta: Mapping[str, str]) -> tuple[str, str] | None:
+    """(image id, cache name) of the root disk's template, or None when
+    not recorded (an instance from before it was)."""
+    image, sep, name = (meta.get(TEMPLATE) or '').partition(':')
+    return (image, name) if sep and image and name else None
+
+
+def set_template(instance: Any, image_id: str, cache_name: str) -> bool:
+    """Record the root disk's template (the caller saves the instance);
+    returns whether the record changed."""
+    if ':' in image_id or not image_id or not cache_name:
+        raise ValueError('template %r of image %r' % (cache_name, image_id))
+    return set_value(instance, TEMPLATE, '%s:%s' % (image_id, cache_name))
 
 
 def set_value(instance: Any, key: str, value: str | None) -> bool:

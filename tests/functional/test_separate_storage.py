@@ -21,6 +21,9 @@ from typing import Any
 
 from nova import context as nova_context
 from nova import objects
+from nova.virt.libvirt import imagecache as nova_imagecache
+
+from nova_imgtype import record as record_mod
 
 from nova_imgtype.testing import functional_hosts as base
 from nova_imgtype.virt.libvirt import pools
@@ -74,6 +77,16 @@ class _MovesBase(base.SeparateStorageTestBase):
         record: str = inst.system_metadata['imgtype_storage']
         return record
 
+    def assert_template_recorded(self, server: dict[str, Any]) -> None:
+        """The root disk's template is recorded as the image's own cache
+        name (qcow2 converted as stock converts it: stock's name)."""
+        inst = objects.Instance.get_by_uuid(
+            self.ctxt, server['id'], expected_attrs=['system_metadata'])
+        image_id = server['image']['id']
+        self.assertEqual(
+            (image_id, nova_imagecache.get_cache_fname(image_id)),
+            record_mod.template(inst.system_metadata))
+
 
 class FileDisksTest(_MovesBase):
     """Instances with their disks as files (no storage pools)."""
@@ -83,6 +96,7 @@ class FileDisksTest(_MovesBase):
         server = self._boot()
         uuid = server['id']
         self.assertEqual([], self.owned_by(server, 'compute2'))
+        self.assert_template_recorded(server)
 
         server = self._migrate_server(server, host='compute2',
                                       api=self.admin_api)
@@ -105,6 +119,7 @@ class FileDisksTest(_MovesBase):
         self.assertEqual([], self.owned_by(server, 'compute1'))
         self.assertEqual([uuid], self.owned_by(server, 'compute2'))
 
+        self.assert_template_recorded(server)
         self._delete_server(server)
         self.assertEqual([], self.owned_by(server, 'compute2'))
 
@@ -181,6 +196,7 @@ class PoolDisksTest(FileDisksTest):
         server = self._boot()
         uuid, disk = server['id'], pools.volume_name(server['id'], 'disk')
         self.assertEqual([uuid, disk], self.owned_by(server, 'compute1'))
+        self.assert_template_recorded(server)
 
         # The volume is staged out into <instance>_resize on compute1 and
         # sent into compute2's pool, grown there.
@@ -207,6 +223,7 @@ class PoolDisksTest(FileDisksTest):
         self.assert_runs_on(server, 'compute2')
         self.assertEqual([], self.owned_by(server, 'compute1'))
         self.assertEqual([uuid, disk], self.owned_by(server, 'compute2'))
+        self.assert_template_recorded(server)
 
         self._delete_server(server)
         self.assertEqual([], self.owned_by(server, 'compute2'))

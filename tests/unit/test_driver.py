@@ -24,6 +24,7 @@ from nova.virt.libvirt import utils as libvirt_utils
 from oslo_serialization import jsonutils
 
 from nova_imgtype import exception
+from nova_imgtype import record as record_mod
 from nova_imgtype.virt.libvirt import driver as imgtype_driver
 from nova_imgtype.virt.libvirt import imagecache
 
@@ -288,6 +289,58 @@ def test_an_image_is_fetched_under_its_own_cache_name_only(make_driver,
                                    libvirt_utils.fetch_image, None, name,
                                    IMAGE_ID, inst, 1)
     assert not stock.called
+
+
+def test_the_root_template_is_recorded_and_followed(make_driver):
+    """Issue 27: the template each disk was made from is recorded; a move's
+    destination fetches the instance's image under that name only."""
+    drv = make_driver(images_type='qcow2')
+    inst = _instance(imgtype_backend='qcow2', imgtype_native_formats='qcow2',
+                     image_disk_format='qcow2')
+    native = imagecache.native_cache_fname(IMAGE_ID, 'qcow2')
+    stock_name = nova_imagecache.get_cache_fname(IMAGE_ID)
+    with mock.patch.object(STOCK, '_try_fetch_image_cache') as stock:
+        drv._try_fetch_image_cache(mock.sentinel.image,
+                                   libvirt_utils.fetch_image, None,
+                                   stock_name, IMAGE_ID, inst, 1)
+    assert stock.call_args[0][3] == native
+    assert record_mod.template(inst.system_metadata) == (IMAGE_ID, native)
+    # The same name again (a move's destination): fetched.
+    with mock.patch.object(STOCK, '_try_fetch_image_cache') as stock:
+        drv._try_fetch_image_cache(mock.sentinel.image,
+                                   libvirt_utils.fetch_image, None,
+                                   native, IMAGE_ID, inst, 1)
+    assert stock.called
+    # Another cache name of the same image, as a disk's backing file may
+    # say (here the converted one): refused, the record kept.
+    with mock.patch.object(STOCK, '_try_fetch_image_cache') as stock, \
+            pytest.raises(nova_exception.InvalidDiskInfo,
+                          match='not the one .* made from, %s' % native):
+        drv._try_fetch_image_cache(mock.sentinel.image,
+                                   libvirt_utils.fetch_image, None,
+                                   stock_name + '_qcow2x', IMAGE_ID, inst, 1)
+    assert not stock.called
+    assert record_mod.template(inst.system_metadata) == (IMAGE_ID, native)
+
+
+def test_a_rescue_image_is_not_recorded_as_the_root_template(make_driver):
+    drv = make_driver(images_type='qcow2')
+    inst = _instance(imgtype_backend='qcow2', imgtype_native_formats='')
+    rescue = str(uuid.uuid4())
+    with mock.patch.object(STOCK, '_try_fetch_image_cache'):
+        drv._try_fetch_image_cache(
+            mock.sentinel.image, libvirt_utils.fetch_image, None,
+            nova_imagecache.get_cache_fname(rescue), rescue, inst, 1)
+    assert record_mod.template(inst.system_metadata) is None
+    # A rebuild to another image records the new image's template.
+    inst.system_metadata[record_mod.TEMPLATE] = '%s:%s' % (
+        rescue, nova_imagecache.get_cache_fname(rescue))
+    with mock.patch.object(STOCK, '_try_fetch_image_cache'):
+        drv._try_fetch_image_cache(
+            mock.sentinel.image, libvirt_utils.fetch_image, None,
+            nova_imagecache.get_cache_fname(IMAGE_ID), IMAGE_ID, inst, 1)
+    assert record_mod.template(inst.system_metadata) == (
+        IMAGE_ID, nova_imagecache.get_cache_fname(IMAGE_ID))
 
 
 @pytest.mark.parametrize('backend,cleaner', [('lvm', '_cleanup_lvm'),

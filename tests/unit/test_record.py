@@ -68,3 +68,16 @@ def test_no_other_module_writes_the_records_keys():
                      and 'tempest' not in p.parts and p.name != 'demo.py'
                      and literal.search(p.read_text()))
     assert writers == []
+
+
+def test_the_root_template_reads_back_and_nothing_else_passes_for_it():
+    inst = _instance()
+    assert record.template(inst.system_metadata) is None
+    assert record.set_template(inst, 'image-1', 'abc_qcow2')
+    assert record.template(inst.system_metadata) == ('image-1', 'abc_qcow2')
+    assert not record.set_template(inst, 'image-1', 'abc_qcow2')
+    for meta in ({record.TEMPLATE: 'abc'}, {record.TEMPLATE: ':abc'},
+                 {record.TEMPLATE: 'image-1:'}):
+        assert record.template(meta) is None
+    with pytest.raises(ValueError):
+        record.set_template(inst, 'a:b', 'abc')

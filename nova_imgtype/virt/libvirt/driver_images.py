@@ -30,6 +30,7 @@ from oslo_utils import uuidutils
 import nova_imgtype.conf
 from nova_imgtype import compat
 from nova_imgtype import exception
+from nova_imgtype import record as record_mod
 from nova_imgtype.virt.libvirt import backends
 from nova_imgtype.virt.libvirt import imagecache
 from nova_imgtype.virt.libvirt import pools as pools_mod
@@ -83,6 +84,7 @@ class Images(libvirt_driver.LibvirtDriver):
             if decision.is_native(disk_format):
                 filename, native = imagecache.template_name(
                     decision.native_formats, image_id, disk_format)
+        self._follow_recorded_template(instance, image_id, filename)
         handler = self._handler_for(type(call['image']), filename, image_id)
 
         def fetch_template(context: Any, target: str, image_id: str,
@@ -93,6 +95,33 @@ class Images(libvirt_driver.LibvirtDriver):
         args, kwargs = call.replaced(fetch_func=fetch_template,
                                      filename=filename)
         super()._try_fetch_image_cache(*args, **kwargs)
+
+    @staticmethod
+    def _follow_recorded_template(instance: objects.Instance, image_id: str,
+                                  filename: str) -> None:
+        """Record the template of the instance's root disk, or refuse a
+        name other than the one recorded for the same image.
+
+        The name a live block migration's destination is handed comes from
+        the source's disk (its backing file); the one recorded comes from
+        the host that made the disk. A rescue image, or a rebuild's new
+        image, is not the root disk's recorded template: nothing to check,
+        and only the instance's own image is recorded.
+        """
+        recorded = record_mod.template(instance.system_metadata)
+        if recorded is not None and recorded[0] == image_id:
+            if recorded[1] != filename:
+                raise nova_exception.InvalidDiskInfo(reason=_(
+                    'template %(name)s of image %(image)s is not the one '
+                    'the instance\'s root disk was made from, %(recorded)s') %
+                    {'name': filename, 'image': image_id,
+                     'recorded': recorded[1]})
+            return
+        if image_id == instance.image_ref:
+            # Saved with the instance by the step that made the disk (the
+            # compute manager's save after spawn, finish_migration or
+            # pre_live_migration), before any later move reads it.
+            record_mod.set_template(instance, image_id, filename)
 
     def cache_image(self, *args: Any, **kwargs: Any) -> bool:
         """Pre-cache the template a new instance of the image would use.
