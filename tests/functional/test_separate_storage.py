@@ -24,7 +24,6 @@ from nova import objects
 from nova.virt.libvirt import imagecache as nova_imagecache
 
 from nova_imgtype import record as record_mod
-
 from nova_imgtype.testing import functional_hosts as base
 from nova_imgtype.virt.libvirt import pools
 
