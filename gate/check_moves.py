@@ -9,6 +9,7 @@ Described in :mod:`gate.checks`, which runs them.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import time
 from collections.abc import Iterator
@@ -140,9 +141,15 @@ def _live_migrate(cloud: B.Cloud, conn: Any, server: Any, to: str,
     # save by stock may lose what the destination wrote).
     rec = B.record(server)
     want_storage = 'pools' if want == 'volume' else 'legacy'
+    # And the root disk's template, as the host that made it fetched it:
+    # the server's image, under one of its cache names.
+    image_id, _, cache_name = rec.get('imgtype_root_template',
+                                      '').partition(':')
     if (rec.get('imgtype_storage') != want_storage or
             bool(rec.get('imgtype_pool')) != (want == 'volume') or
-            'imgtype_live_migration_arrival' in rec):
+            'imgtype_live_migration_arrival' in rec or
+            image_id != server.image['id'] or not cache_name.startswith(
+                hashlib.sha1(image_id.encode()).hexdigest())):
         raise B.CheckFailed('after the live migration %s -> %s: the record '
                             'of %s is %s, its disks are %s %ss' % (
                                 source, to, server.id, rec, fmt, want))
