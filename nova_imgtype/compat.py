@@ -62,6 +62,7 @@ READS: Mapping[str, tuple[str, ...]] = {
     _DRIVER + '_get_guest_config': ('instance',),
     _DRIVER + 'snapshot': ('context', 'instance', 'image_id',
                            'update_task_state'),
+    _DRIVER + '_get_guest_xml': ('instance',),
     _DRIVER + '_try_fetch_image_cache': ('image', 'fetch_func', 'context',
                                          'filename', 'image_id', 'instance'),
     _DRIVER + 'cache_image': ('context', 'image_id'),

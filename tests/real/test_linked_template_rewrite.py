@@ -24,6 +24,8 @@ import pytest
 from nova import exception as nova_exception
 from nova.virt.libvirt import utils as libvirt_utils
 
+from nova_imgtype import exception
+from nova_imgtype import record as record_mod
 from nova_imgtype.testing import libvirtd as real
 from nova_imgtype.testing.cinder import Cinder
 from nova_imgtype.virt.libvirt import pools
@@ -300,3 +302,43 @@ def test_a_rewritten_linked_template_makes_no_pool_volume(
                     vol.delete(0)
             pool.destroy()
             pool.undefine()
+
+
+def test_a_rewritten_linked_qcow2_template_starts_no_guest_through_it(
+        driver, conf, serve, tmp_path, brick_in_process,  # noqa: F811
+        host_file):
+    """A qcow2 image used natively: its disks are qcow2 overlays on the
+    linked template, opened as qcow2, whose own header QEMU reads at each
+    open. Rewritten with a backing file, the template would hand the host
+    file to the guest at its next start: the guest XML is refused, naming
+    the image, until the volume holds what was accepted again."""
+    device = str(tmp_path / 'volume')
+    real.make_image(device, 'qcow2', SIZE)
+    with open(device, 'rb') as f:
+        original = f.read()
+    svc = serve(ImageService(device, 'qcow2', locations=[
+        {'url': 'cinder://%s' % VOLUME_ID, 'metadata': {}}]))
+    conf.config(template_image_handler='volume-based-linking',
+                group='image_cache')
+    drv = driver(images_type='qcow2', images_type_mapping='qcow2:qcow2')
+    drv._template_handler.volume_api = Cinder(device)
+    inst = _instance(drv, svc.image_id, 'qcow2')
+    disk = _root_disk(drv, inst, svc.image_id)
+    template = _template(conf)
+    assert os.path.islink(template)
+    # The root disk's template is recorded as made.
+    assert record_mod.template(inst.system_metadata) == (
+        svc.image_id, os.path.basename(template))
+    drv._check_linked_root_template(inst)          # as accepted
+
+    _rewrite(device, 'qcow2-backed-by-host-file', host_file, tmp_path)
+    # What QEMU would now read through the disk, opened as its domain
+    # opens it: the host file.
+    assert MARKER in _guest_data(disk.path, 'qcow2', tmp_path)
+    with pytest.raises(exception.LinkedTemplateChanged, match=svc.image_id):
+        drv._get_guest_xml(None, inst, [], {'mapping': {}}, None)
+    assert os.path.islink(template)
+
+    _restore(device, original)
+    drv._check_linked_root_template(inst)
+    assert MARKER not in _guest_data(disk.path, 'qcow2', tmp_path)

@@ -28,6 +28,7 @@ STOCK_PRIVATE = {
     'nova.virt.libvirt.driver:LibvirtDriver._create_snapshot_metadata',
     'nova.virt.libvirt.driver:LibvirtDriver._destroy',
     'nova.virt.libvirt.driver:LibvirtDriver._get_guest_config',
+    'nova.virt.libvirt.driver:LibvirtDriver._get_guest_xml',
     'nova.virt.libvirt.driver:LibvirtDriver._get_instance_disk_info',
     'nova.virt.libvirt.driver:LibvirtDriver._hard_reboot',
     'nova.virt.libvirt.driver:LibvirtDriver._host',

@@ -37,6 +37,7 @@ from nova_imgtype.virt.libvirt import pools as pools_mod
 from nova_imgtype.virt.libvirt import resolver as resolver_mod
 from nova_imgtype.virt.libvirt import storage_rbd
 from nova_imgtype.virt.libvirt.template_handlers import base as handlers
+from nova_imgtype.virt.libvirt.template_handlers import volume_linking
 
 LOG = logging.getLogger(__name__)
 CONF: cfg.ConfigOpts = nova_imgtype.conf.CONF
@@ -122,6 +123,46 @@ class Images(libvirt_driver.LibvirtDriver):
             # compute manager's save after spawn, finish_migration or
             # pre_live_migration), before any later move reads it.
             record_mod.set_template(instance, image_id, filename)
+
+    def _get_guest_xml(self, *args: Any, **kwargs: Any) -> Any:
+        """Stock's guest XML, once the linked template the instance's
+        qcow2 root disk reads through is checked again."""
+        self._check_linked_root_template(
+            compat.driver('_get_guest_xml', self, args, kwargs)['instance'])
+        return super()._get_guest_xml(*args, **kwargs)
+
+    def _check_linked_root_template(self,
+                                    instance: objects.Instance) -> None:
+        """Before QEMU opens the instance's disks (each start, reboot,
+        rescue, arrival of a cold move): its recorded root template, when it
+        is a qcow2 disk's backing linked to an image volume, still is what
+        was accepted (:func:`.volume_linking.checked`).
+
+        The volume's owner can rewrite it while the link stays; QEMU reads
+        the backing file's own header at each open, so a qcow2 template
+        given a backing file would be followed. A raw template is opened as
+        raw (the overlay names its format), and a copied disk has no
+        backing: neither needs it.
+
+        :raises LinkedTemplateChanged: the guest is not started.
+        """
+        recorded = record_mod.template(instance.system_metadata)
+        if recorded is None:
+            return
+        decision = self._resolver.decision_for(instance)
+        if decision.volume_format('disk') != 'qcow2':
+            return
+        lock_path = os.path.join(CONF.instances_path, 'locks')
+        base = os.path.join(CONF.instances_path,
+                            CONF.image_cache.subdirectory_name, recorded[1])
+        if not os.path.islink(base):
+            return
+
+        @utils.synchronized(recorded[1], external=True, lock_path=lock_path)
+        def check() -> None:
+            volume_linking.checked(base)
+
+        check()
 
     def cache_image(self, *args: Any, **kwargs: Any) -> bool:
         """Pre-cache the template a new instance of the image would use.
