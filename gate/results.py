@@ -98,6 +98,11 @@ def compare(stock: Mapping[str, Any], plugin: Mapping[str, Any],
     defects = [r['id'] for r in rows if r['verdict'] == 'DEFECT']
     plugin_failures = [r['id'] for r in rows
                        if r['verdict'] == 'plugin failed']
+    # Both stock computes have one images_type: an upstream test stock
+    # fails is stock's behaviour or the gate's, never the plugin's, and
+    # would drop silently out of the comparison: flagged, with its reason.
+    stock_failures = [r['id'] for r in upstream
+                      if r['stock']['status'] in ('failed', 'missing')]
     failed_checks = [c['name'] for c in checks if c['status'] != 'passed']
     problems = []
     if defects:
@@ -106,6 +111,11 @@ def compare(stock: Mapping[str, Any], plugin: Mapping[str, Any],
     if plugin_failures:
         problems.append('%d test(s) failed on the plugin: %s'
                         % (len(plugin_failures), ', '.join(plugin_failures)))
+    if stock_failures:
+        problems.append('%d upstream test(s) failed on stock (fix the gate, '
+                        'or leave the test out of the selection saying why): '
+                        '%s' % (len(stock_failures),
+                                ', '.join(stock_failures)))
     if failed_checks:
         problems.append('%d gate check(s) failed: %s'
                         % (len(failed_checks), ', '.join(failed_checks)))
@@ -123,12 +133,14 @@ def compare(stock: Mapping[str, Any], plugin: Mapping[str, Any],
             'min_passed': min_passed,
             'defects': len(defects),
             'plugin_failures': len(plugin_failures),
+            'stock_failures': len(stock_failures),
             'checks_failed': len(failed_checks),
             'ok': not problems,
             'problems': problems,
         },
         'defects': defects,
         'plugin_failures': plugin_failures,
+        'stock_failures': stock_failures,
         'checks': checks,
         'timing': timing,
         'tests': rows,
@@ -209,6 +221,11 @@ def render_md(cmp: Mapping[str, Any]) -> str:
         for test_id in cmp['plugin_failures']:
             p = by_id[test_id]['plugin']
             out.append('- `%s`: %s\n' % (test_id, _why(p)))
+    if cmp.get('stock_failures'):
+        out.append('\n## Failed on stock\n\n')
+        for test_id in cmp['stock_failures']:
+            s = by_id[test_id]['stock']
+            out.append('- `%s`: %s %s\n' % (test_id, s['status'], _why(s)))
     if cmp['checks']:
         out.append('\n## Gate checks\n\n| check | status | detail |\n'
                    '|---|---|---|\n')

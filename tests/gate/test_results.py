@@ -64,8 +64,8 @@ def test_compare_verdicts() -> None:
 def test_all_good_but_too_few() -> None:
     cmp = results.compare(STOCK, STOCK, min_passed=40)
     assert cmp['defects'] == []
-    assert cmp['summary']['problems'] == [
-        'only 4 upstream tests pass on both (at least 40 wanted)']
+    assert cmp['summary']['problems'][-1] == (
+        'only 4 upstream tests pass on both (at least 40 wanted)')
     ok = results.compare(_run('s', {'tempest.x': P}),
                          _run('p', {'tempest.x': P}), min_passed=1)
     assert ok['summary']['ok']
@@ -129,7 +129,7 @@ def test_checks_of_gate_checks() -> None:
     assert '| precache | ERROR | KeyError: x |' in md
 
 
-def test_own_tests_must_pass_upstream_failing_on_both_is_listed() -> None:
+def test_own_tests_must_pass_and_stock_failures_are_flagged() -> None:
     own = 'nova_imgtype.tempest.tests.scenario.t.T.test_own'
     upstream = 'tempest.api.a.T.test_fail_both'
     stock = _run('stock', {own: S, upstream: F, 'tempest.x': P})
@@ -138,7 +138,17 @@ def test_own_tests_must_pass_upstream_failing_on_both_is_listed() -> None:
     verdicts = {r['id']: r['verdict'] for r in cmp['tests']}
     assert verdicts == {own: 'plugin failed', upstream: 'failed on both',
                         'tempest.x': 'ok'}
+    # An upstream test stock fails is flagged, not dropped silently.
     assert cmp['summary']['problems'] == [
-        '1 test(s) failed on the plugin: ' + own]
+        '1 test(s) failed on the plugin: ' + own,
+        '1 upstream test(s) failed on stock (fix the gate, or leave the '
+        'test out of the selection saying why): ' + upstream]
+    assert cmp['stock_failures'] == [upstream]
+    md = results.render_md(cmp)
+    assert ('## Failed on stock\n\n- `%s`: failed tempest.lib.exceptions.'
+            'BuildErrorException: No valid host' % upstream) in md
     plugin = _run('plugin', {own: P, upstream: F, 'tempest.x': P})
+    assert not results.compare(stock, plugin, min_passed=1)['summary']['ok']
+    stock = _run('stock', {own: S, upstream: P, 'tempest.x': P})
+    plugin = _run('plugin', {own: P, upstream: P, 'tempest.x': P})
     assert results.compare(stock, plugin, min_passed=1)['summary']['ok']
