@@ -3,12 +3,14 @@ waited for, their disks seen from inside the computes' namespaces."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import time
 import urllib.parse
 import uuid
+from collections.abc import Iterator
 from collections.abc import Mapping
 from typing import Any
 from xml.etree import ElementTree
@@ -81,6 +83,22 @@ def boot(conn: Any, res: Mapping[str, Any], fmt: str,
         image_id=res['images'][fmt],
         flavor_id=res['flavors']['gate.tiny'], networks='none', **kwargs)
     return wait(conn, server, status)
+
+
+@contextlib.contextmanager
+def scheduled_elsewhere(conn: Any, host: str) -> Iterator[None]:
+    """Within the block, the scheduler places nothing on ``host`` (its
+    nova-compute disabled, as an operator steers a resize away from a
+    host): a resize, which names no destination, leaves it for certain
+    instead of where the weighers happen to prefer."""
+    service = next(s for s in conn.compute.services(
+        binary='nova-compute', host=host))
+    conn.compute.disable_service(service,
+                                 disabled_reason='gate: resize elsewhere')
+    try:
+        yield
+    finally:
+        conn.compute.enable_service(service)
 
 
 def host_of(server: Any) -> str:
