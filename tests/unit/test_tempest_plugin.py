@@ -13,8 +13,6 @@ import sys
 import textwrap
 import unittest
 
-import nova.conf
-import pytest
 import yaml
 from oslo_config import cfg
 from tempest import config as tempest_config
@@ -24,7 +22,6 @@ from nova_imgtype import traits
 from nova_imgtype.scheduler import request_filters
 from nova_imgtype.tempest import plugin as imgtype_plugin
 from nova_imgtype.tempest.tests.scenario import test_image_type_scheduling
-from nova_imgtype.virt.libvirt import resolver as resolver_mod
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 VENV_BIN = pathlib.Path(sys.executable).parent
@@ -190,7 +187,7 @@ def test_tempest_list_plugins_lists_it(tmp_path):
         result.stdout), result.stdout
 
 
-# -- the Zuul job ------------------------------------------------------------
+# -- the Zuul job (the rest: tests/unit/test_zuul_job.py) --------------------
 
 def _zuul():
     with open(ROOT / '.zuul.yaml') as f:
@@ -201,15 +198,6 @@ def _job():
     jobs = [item['job'] for item in _zuul() if 'job' in item]
     [job] = [j for j in jobs if j['name'] == JOB]
     return job
-
-
-def _ini_lines(section):
-    """``key = value`` lines as devstack's local.conf gets them (the Zuul
-    role writes one per key; a value may carry further lines)."""
-    lines = []
-    for key, value in section.items():
-        lines.extend(('%s = %s' % (key, value)).splitlines())
-    return lines
 
 
 def test_zuul_yaml_parses_and_runs_the_job_in_check_and_gate():
@@ -237,81 +225,3 @@ def test_job_installs_and_runs_the_plugin():
     assert (ROOT / 'devstack' / 'plugin.sh').is_file()
     assert 'define_plugin nova-imgtype' in (
         ROOT / 'devstack' / 'settings').read_text()
-
-
-def test_job_configures_the_scheduler():
-    post = _job()['vars']['devstack_local_conf']['post-config']
-    nova_conf = post['$NOVA_CONF']
-    assert nova_conf['scheduler']['filter_hosts_by_image_type_support'] is (
-        True)
-    # available_filters is a MultiStrOpt: Nova's filters and ours, one line
-    # each.
-    assert _ini_lines(nova_conf['filter_scheduler']) == [
-        'available_filters = nova.scheduler.filters.all_filters',
-        'available_filters = nova_imgtype.scheduler.filters.all_filters',
-    ]
-
-
-def _job_computes():
-    job = _job()
-    controller = job['vars']['devstack_local_conf']['post-config'][
-        '$NOVA_CPU_CONF']
-    subnode = job['group-vars']['subnode']['devstack_local_conf'][
-        'post-config']['$NOVA_CPU_CONF']
-    return controller, subnode
-
-
-def test_job_computes_are_the_gates():
-    """The job's two computes are configured as ``make gate``'s (the
-    controller as compute1, the subnode as compute2): same driver,
-    backends, mapping and storage pools, and force_raw_images at its
-    default in both."""
-    from gate.cloud import layout
-    for compute, gate_compute in zip(_job_computes(), layout.COMPUTES,
-                                     strict=True):
-        assert compute['DEFAULT'] == {
-            'compute_driver': layout.PLUGIN_DRIVER}
-        assert compute['libvirt'] == {
-            'images_type': gate_compute.images_type,
-            'images_type_mapping': gate_compute.mapping,
-            'use_storage_pools': gate_compute.pools}
-
-
-def test_job_runs_the_gates_tempest_selection():
-    variables = _job()['vars']
-    assert variables['tempest_test_include_list'].endswith(
-        '/gate/tempest-selection.txt')
-    assert (ROOT / 'gate' / 'tempest-selection.txt').is_file()
-
-
-@pytest.mark.parametrize('node', ['controller', 'subnode'])
-def test_job_computes_report_what_the_scenarios_expect(conf, node):
-    """Each compute's options, as the job sets them, through the driver's
-    own resolver: only the controller uses qcow2 natively (so that landing
-    there is the filter's doing), the subnode can still boot qcow2
-    (converted), and neither supports the NoValidHost scenario's format."""
-    job = _job()
-    if node == 'controller':
-        local_conf = job['vars']['devstack_local_conf']
-    else:
-        local_conf = job['group-vars']['subnode']['devstack_local_conf']
-    compute = local_conf['post-config']['$NOVA_CPU_CONF']
-    conf.config(group='libvirt', **compute['libvirt'])
-    resolver = resolver_mod.BackendResolver(nova.conf.CONF)
-    resolver.check_host()
-
-    assert 'qcow2' in resolver.supported_formats()
-    assert ('qcow2' in resolver.native_formats()) is (node == 'controller')
-    unsupported = job['vars']['devstack_local_conf']['test-config'][
-        '$TEMPEST_CONFIG']['imgtype']['unsupported_disk_format']
-    assert unsupported not in resolver.supported_formats()
-
-
-def test_job_tempest_config_enables_the_scenarios():
-    tempest_conf = _job()['vars']['devstack_local_conf']['test-config'][
-        '$TEMPEST_CONFIG']
-    assert tempest_conf['imgtype-feature-enabled'] == {
-        'image_type_scheduling': True}
-    # As the gate chooses it for computes that convert vhdx.
-    assert tempest_conf['imgtype']['unsupported_disk_format'] == 'ploop'
-    assert tempest_conf['compute']['min_compute_nodes'] == 2
