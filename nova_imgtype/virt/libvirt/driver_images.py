@@ -152,13 +152,19 @@ class Images(libvirt_driver.LibvirtDriver):
         decision = self._resolver.decision_for(instance)
         if decision.volume_format('disk') != 'qcow2':
             return
-        lock_path = os.path.join(CONF.instances_path, 'locks')
         base = os.path.join(CONF.instances_path,
                             CONF.image_cache.subdirectory_name, recorded[1])
         if not os.path.islink(base):
             return
+        state = volume_linking.linked_state(base)
+        if state is not None and state.get('format') == 'raw':
+            # Opened as raw whatever it holds now: nothing to read again
+            # at each start.
+            return
 
-        @utils.synchronized(recorded[1], external=True, lock_path=lock_path)
+        @utils.synchronized(recorded[1], external=True,
+                            lock_path=os.path.join(CONF.instances_path,
+                                                   'locks'))
         def check() -> None:
             volume_linking.checked(base)
 
