@@ -42,7 +42,7 @@ from gate.timing import render_md as timing_md
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT_DIR = os.path.join(HERE, 'results')
-MIN_PASSED = 40
+MIN_PASSED = 450
 UPSTREAM_PREFIX = 'tempest.'
 _ABSENT = {'status': 'missing', 'duration': 0.0,
            'reason': 'not in this run'}

@@ -101,7 +101,12 @@ def glance(state: P.State) -> None:
                 os.path.join(d, 'glance-api-paste.ini'))
     manage(state, 'glance', 'glance-manage', '--config-file', conf,
            'db_sync')
-    P.progress('glance database synced')
+    # The metadata definitions Glance ships (devstack loads them too): the
+    # image API's metadefs tests read its resource types.
+    manage(state, 'glance', 'glance-manage', '--config-file', conf,
+           'db', 'load_metadefs', '--path',
+           os.path.join(L.venv(), 'etc', 'glance', 'metadefs'))
+    P.progress('glance database synced, metadata definitions loaded')
     uwsgi(state, 'glance', L.PORTS['glance'], 'glance.wsgi.api:application',
           {'OS_GLANCE_CONFIG_DIR': d},
           extra=('--chunked-input-limit', '4096000', '--http-auto-chunked',
