@@ -5,9 +5,10 @@ The destination is the session's throwaway libvirtd (the one the source's
 pools are on, so paths are the same, as between two computes with the same
 ``instances_path``). Real: pools, volumes, files, qemu-img, the libvirt
 streams. Mocked: stock's own ``migrate_disk_and_power_off`` (a stand-in
-doing what stock does around our part: it renames the instance directory
-to ``_resize`` and makes it on the destination through the driver's
-``_remotefs``), ``power_off`` (no domain), and ``_is_path_shared_with``
+doing what stock does around our part: it stops the guest through the
+driver's ``power_off``, renames the instance directory to ``_resize`` and
+makes it on the destination through the driver's ``_remotefs``), stock's
+``power_off`` (no domain), and ``_is_path_shared_with``
 (False: the destination is another host).
 """
 
@@ -70,6 +71,7 @@ def pool_instance(pool_driver, glance, tmp_path):  # noqa: F811
 
 def _stock_stand_in(seen):
     def migrate(self, context, instance, dest, *args, **kwargs):
+        self.power_off(instance, 0, 0)
         inst_base = libvirt_utils.get_instance_path(instance)
         seen['remotefs'] = self._remotefs
         seen['files'] = sorted(os.listdir(inst_base))
@@ -82,7 +84,7 @@ def _stock_stand_in(seen):
 def _move(drv, inst, libvirt_uri, seen):
     with mock.patch.object(STOCK, 'migrate_disk_and_power_off',
                            _stock_stand_in(seen)), \
-            mock.patch.object(drv, 'power_off'), \
+            mock.patch.object(STOCK, 'power_off'), \
             mock.patch.object(drv, '_is_path_shared_with',
                               return_value=False), \
             mock.patch.object(STOCK, '_live_migration_uri',
@@ -154,7 +156,7 @@ def test_an_unreachable_destination_touches_nothing(
     inst, path, data, inst_base = pool_instance
     nowhere = 'qemu+unix:///system?socket=%s' % (tmp_path / 'no-socket')
     with mock.patch.object(STOCK, 'migrate_disk_and_power_off') as stock, \
-            mock.patch.object(pool_driver, 'power_off') as power_off, \
+            mock.patch.object(STOCK, 'power_off') as power_off, \
             mock.patch.object(pool_driver, '_is_path_shared_with',
                               return_value=False), \
             mock.patch.object(STOCK, '_live_migration_uri',
@@ -222,11 +224,12 @@ def test_legacy_files_go_through_libvirt_too(
         'disk', 'disk.info', 'disk.swap']
 
 
-def test_a_move_stock_refuses_removes_the_directory_made_there(
+def test_a_move_stock_refuses_leaves_the_guest_running_and_nothing_there(
         pool_driver, pool_instance, libvirt_uri):  # noqa: F811
-    """Stock refuses (a resize down) before keeping ``_resize``: the
-    volumes go back into the pool, and the instance directory made on the
-    destination is removed (here this host's own: recorded, not done)."""
+    """Stock refuses (a resize down) before it stops the guest: the guest
+    is not stopped, the volumes stay in the pool, and the instance
+    directory made on the destination is removed (here this host's own:
+    recorded, not done)."""
     inst, path, data, inst_base = pool_instance
 
     def refuse(self, context, instance, dest, *args, **kwargs):
@@ -235,7 +238,7 @@ def test_a_move_stock_refuses_removes_the_directory_made_there(
 
     removed = []
     with mock.patch.object(STOCK, 'migrate_disk_and_power_off', refuse), \
-            mock.patch.object(pool_driver, 'power_off'), \
+            mock.patch.object(STOCK, 'power_off') as power_off, \
             mock.patch.object(pool_driver, '_is_path_shared_with',
                               return_value=False), \
             mock.patch.object(STOCK, '_live_migration_uri',
@@ -248,6 +251,9 @@ def test_a_move_stock_refuses_removes_the_directory_made_there(
             pool_driver._migrate_pool_disks(
                 _moving(pool_driver, inst, 'dest-host'), inst, 'dest-host',
                 0, 0)
+    # Stock refuses before it stops the guest, and so does the move: the
+    # guest runs on (issue 29, 7: it was powered off for nothing).
+    power_off.assert_not_called()
     assert removed == [('dest-host', inst_base)]
     assert sorted(os.listdir(inst_base)) == ['disk.info']
     with open(path, 'rb') as f:

@@ -226,6 +226,7 @@ def test_a_cold_move_to_a_host_without_pools_sends_the_recorded_format(
     assert _libvirt_reads(disk._volume())[0] == 'qcow2'
 
     def stock(self, context, instance, dest, *args, **kwargs):
+        self.power_off(instance, 0, 0)
         inst_base = libvirt_utils.get_instance_path(instance)
         os.rename(inst_base, inst_base + '_resize')
         self._remotefs.create_dir(dest, inst_base)
@@ -235,7 +236,7 @@ def test_a_cold_move_to_a_host_without_pools_sends_the_recorded_format(
                          (None, inst, 'dest-host', None, None, None, 0, 0),
                          {})
     with mock.patch.object(STOCK, 'migrate_disk_and_power_off', stock), \
-            mock.patch.object(pool_driver, 'power_off'), \
+            mock.patch.object(STOCK, 'power_off'), \
             mock.patch.object(pool_driver, '_is_path_shared_with',
                               return_value=False), \
             mock.patch.object(STOCK, '_live_migration_uri',

@@ -46,6 +46,11 @@ _REMOTE: contextvars.ContextVar[
 #: during a move of files through libvirt (_migrate_files).
 _WITHHELD: contextvars.ContextVar[list[dict[str, Any]] | None] = (
     contextvars.ContextVar('nova_imgtype_withheld', default=None))
+#: What a pool instance's cold move does once stock's part of it has
+#: stopped the guest (_migrate_pool_disks_here): its volumes moved into
+#: the instance directory that stock keeps as ``_resize``.
+_STAGING: contextvars.ContextVar[Callable[[], None] | None] = (
+    contextvars.ContextVar('nova_imgtype_staging', default=None))
 
 
 def _hide(directory: str, name: str) -> str | None:
@@ -153,9 +158,12 @@ class Transfers(libvirt_driver.LibvirtDriver):
         """Stock's resize and cold migration, for disks on pool volumes,
         through the destination's libvirtd instead of SSH.
 
-        With the guest stopped, the volume files are moved (renamed, same
-        filesystem) into the instance directory, which stock then keeps as
-        ``<instance>_resize`` for a revert, as it does for legacy disks.
+        Stock's part runs first, with its checks before the guest is
+        touched (a resize down is refused with the guest running). Once
+        stock has stopped the guest (:meth:`power_off`), the volume files
+        are moved (renamed, same filesystem) into the instance directory,
+        which stock then keeps as ``<instance>_resize`` for a revert, as it
+        does for legacy disks.
         Every remote operation of stock's (is the instance directory
         shared, make it there, remove it after a failure) and every copy
         goes through :class:`~.remote_storage.LibvirtRemoteFilesystem`,
@@ -223,23 +231,31 @@ class Transfers(libvirt_driver.LibvirtDriver):
                     v.name()[len(instance.uuid) + 1:]))
                 for v in self._pools.volumes(pool, instance.uuid + '_')
                 if not v.name().endswith('.rescue')]
-        # Stopped before its volumes are read; stock's own power_off that
-        # follows finds it stopped, as for a stopped instance.
-        self.power_off(instance, timeout, retry_interval)
-        staged = pool_dir_mod.stage_out(pool, instance, inst_base,
-                                        [name for name, _fmt in vols])
+        staged: list[str] = []
+
+        def stage() -> None:
+            # Stock has checked the move and stopped the guest: its volumes
+            # no longer change, and go where stock's rename takes them.
+            _STAGING.set(None)
+            staged.extend(pool_dir_mod.stage_out(
+                pool, instance, inst_base, [name for name, _fmt in vols]))
+
         # Stock copies a disk.info with scp/rsync itself; this one goes
         # through libvirt below (a pool instance's is a legacy left-over).
         kept = _hide(inst_base, DISK_INFO)
+        token = _STAGING.set(stage)
         try:
             disk_info = jsonutils.loads(super().migrate_disk_and_power_off(
                 *stock.args, **stock.kwargs))
         except Exception:
             with excutils.save_and_reraise_exception():
-                # Stock put the instance directory back in place.
+                # Stock refused before stopping the guest (nothing staged),
+                # or put the instance directory back in place.
                 _unhide(inst_base, kept)
                 pool_dir_mod.stage_in(pool, instance, inst_base, staged)
                 _unmake(remote, dest, inst_base, made)
+        finally:
+            _STAGING.reset(token)
         target_dir = pool_dir if dest_pools else inst_base
         shared_pool = self._is_path_shared_with(dest, target_dir)
         shared_dir = self._is_path_shared_with(dest, inst_base)
@@ -283,6 +299,13 @@ class Transfers(libvirt_driver.LibvirtDriver):
                 undo()
             _raise_rollback(e)
         _unhide(inst_base_resize, kept)
+
+    def power_off(self, *args: Any, **kwargs: Any) -> None:
+        super().power_off(*args, **kwargs)
+        stage = _STAGING.get()
+        if stage is not None:
+            # Stock's cold move of a pool instance, the guest just stopped.
+            stage()
 
     def _get_instance_disk_info(self, *args: Any, **kwargs: Any) -> Any:
         instance: objects.Instance = compat.driver(

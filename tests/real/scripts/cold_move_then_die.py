@@ -37,7 +37,9 @@ def die() -> None:
 
 
 def stock(self, context, instance, dest, *args, **kwargs):
-    # What stock does around the plugin's part: the directory kept.
+    # What stock does around the plugin's part: the guest stopped (after
+    # its checks), the directory kept.
+    self.power_off(instance, 0, 0)
     inst_base = libvirt_utils.get_instance_path(instance)
     os.rename(inst_base, inst_base + '_resize')
     if die_at == 'stock':
@@ -71,7 +73,7 @@ os.rename = rename
 remote_storage._send_sparse = send
 with mock.patch.object(stock_driver.LibvirtDriver,
                        'migrate_disk_and_power_off', stock), \
-        mock.patch.object(drv, 'power_off'), \
+        mock.patch.object(stock_driver.LibvirtDriver, 'power_off'), \
         mock.patch.object(drv, '_is_path_shared_with', return_value=False), \
         mock.patch.object(stock_driver.LibvirtDriver, '_live_migration_uri',
                           staticmethod(lambda dest: uri)):
