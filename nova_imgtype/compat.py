@@ -48,6 +48,7 @@ READS: Mapping[str, tuple[str, ...]] = {
     _DRIVER + '_cleanup': ('instance', 'block_device_info',
                            'cleanup_instance_disks'),
     _DRIVER + '_cleanup_resize': ('instance',),
+    _DRIVER + 'delete_instance_files': ('instance',),
     _DRIVER + 'instance_on_disk': ('instance',),
     _DRIVER + 'check_instance_shared_storage_local': ('instance',),
     _DRIVER + 'update_provider_tree': ('provider_tree', 'nodename'),

@@ -260,3 +260,33 @@ def test_a_move_stock_refuses_leaves_the_guest_running_and_nothing_there(
         assert f.read() == data
     name = pools.volume_name(inst.uuid, 'disk')
     assert name in pool_driver._pools.get(pools.DISKS_POOL).listVolumes()
+
+
+def test_deleting_the_files_of_a_deleted_instance_removes_its_volumes(
+        pool_driver, pool_instance, glance, tmp_path):  # noqa: F811
+    """Stock's pending deletes and its clean-up of a deleted instance's
+    failed move call ``delete_instance_files``: the instance's volumes in
+    this host's dir pool (a failed cold move's copies) go with its
+    directory (issue 29, 8: they stayed for ever), another instance's stay.
+    """
+    inst, path, data, inst_base = pool_instance
+    other_id = str(uuid.uuid4())
+    src = str(tmp_path / 'other.qcow2')
+    real.make_image(src, 'qcow2', 16 * MiB)
+    glance[other_id] = (src, 'qcow2')
+    other, other_disk = _boot_disk(pool_driver, other_id, 'qcow2')
+    pool = pool_driver._pools.get(pools.DISKS_POOL)
+    name = pools.volume_name(inst.uuid, 'disk')
+    # A volume of the instance that a failed move left in the pool.
+    pool_driver._pools.create_empty(pool, pools.volume_name(
+        inst.uuid, 'disk.local'), 'raw', MiB)
+    assert name in pool.listVolumes()
+
+    assert pool_driver.delete_instance_files(inst) is True
+
+    assert not os.path.exists(inst_base)
+    assert not os.path.exists(path)
+    left = pool.listVolumes()
+    assert not [v for v in left if v.startswith(inst.uuid)]
+    assert pools.volume_name(other.uuid, 'disk') in left
+    assert os.path.exists(other_disk.path)

@@ -74,6 +74,29 @@ class PoolDisks(libvirt_driver.LibvirtDriver):
                           instance=instance)
                 vol.delete(0)
 
+    def delete_instance_files(self, *args: Any, **kwargs: Any) -> bool:
+        instance: objects.Instance = compat.driver(
+            'delete_instance_files', self, args, kwargs)['instance']
+        done = super().delete_instance_files(*args, **kwargs)
+        # Stock removes the instance directory of a deleted instance (its
+        # pending deletes, a move that failed on this host); its volumes in
+        # this host's dir pool are files of this host as much, and go too.
+        # Shared storage (rbd) is not touched here: the instance's own host
+        # removes its disks there when it destroys it.
+        directory = pools_mod.dir_disks_location(CONF)
+        try:
+            removed = pool_dir.remove_volumes(directory, instance)
+            if removed:
+                pool = self._pools.dir_pool_at(directory)
+                if pool is not None:
+                    pool.refresh(0)
+        except Exception as e:  # noqa: BLE001 - tried again by stock's task
+            LOG.warning('Could not remove the volumes of the instance from '
+                        '%(dir)s: %(e)s', {'dir': directory, 'e': e},
+                        instance=instance)
+            return False
+        return done
+
     def _can_move_to_pools(self, instance: objects.Instance) -> bool:
         decision = self._resolver.decision_for(instance)
         return (decision.storage == resolver_mod.LEGACY and

@@ -128,3 +128,24 @@ def stage_in(pool: Any, instance: Any, directory: str,
     pool.refresh(0)
     LOG.info('Volumes %s are back in storage pool %s', ', '.join(names),
              pool.name(), instance=instance)
+
+
+def remove_volumes(directory: str, instance: Any) -> list[str]:
+    """Remove the instance's volume files (``{uuid}_*``) from a dir pool's
+    directory: those of a deleted instance, which no pool operation will
+    remove any more (a failed cold move's copies on its destination, the
+    volumes of an instance whose delete was cut short). The names removed.
+    """
+    if not os.path.isdir(directory):
+        return []
+    prefix = instance.uuid + '_'
+    removed = []
+    for name in sorted(os.listdir(directory)):
+        path = os.path.join(directory, name)
+        if name.startswith(prefix) and os.path.isfile(path):
+            os.unlink(path)
+            removed.append(name)
+    if removed:
+        LOG.info('Removed the volumes %s of the instance from %s',
+                 ', '.join(removed), directory, instance=instance)
+    return removed

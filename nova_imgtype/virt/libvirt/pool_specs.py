@@ -149,7 +149,13 @@ def disks_pool_spec(conf: Any, backend: str) -> PoolSpec:
             auth_user=(conf.libvirt.rbd_user
                        if conf.libvirt.rbd_secret_uuid else ''),
             auth_secret_uuid=conf.libvirt.rbd_secret_uuid or '')
-    return PoolSpec(name, 'dir', os.path.join(conf.instances_path, 'disks'))
+    return PoolSpec(name, 'dir', dir_disks_location(conf))
+
+
+def dir_disks_location(conf: Any) -> str:
+    """Where this host's dir pool keeps instance disks, whatever the
+    pool's name: ``<instances_path>/disks``."""
+    return os.path.join(conf.instances_path, 'disks')
 
 
 def host_specs(conf: Any, backends: Iterable[str]) -> list[PoolSpec]:

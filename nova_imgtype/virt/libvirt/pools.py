@@ -49,6 +49,9 @@ from nova_imgtype.virt.libvirt.pool_specs import _volume_xml as _volume_xml
 from nova_imgtype.virt.libvirt.pool_specs import ceph_monitors as ceph_monitors
 from nova_imgtype.virt.libvirt.pool_specs import default_specs as default_specs
 from nova_imgtype.virt.libvirt.pool_specs import (
+    dir_disks_location as dir_disks_location,
+)
+from nova_imgtype.virt.libvirt.pool_specs import (
     disks_pool_name as disks_pool_name,
 )
 from nova_imgtype.virt.libvirt.pool_specs import (
@@ -174,6 +177,18 @@ class StoragePools:
         if spec is None:
             spec = self._definitions[key] = pool_source(pool)
         return spec
+
+    def dir_pool_at(self, directory: str) -> Pool | None:
+        """The started dir pool over ``directory`` (found by its type and
+        target, whatever its name), or None."""
+        wanted = os.path.normpath(directory)
+        for pool in self._conn(directory).listAllStoragePools(
+                libvirt.VIR_CONNECT_LIST_STORAGE_POOLS_ACTIVE):
+            spec = self.definition(pool)
+            if (spec.type == 'dir' and spec.target and
+                    os.path.normpath(spec.target) == wanted):
+                return pool
+        return None
 
     def refresh(self, name: str) -> None:
         """Make libvirt see files added to the pool's directory by hand."""
