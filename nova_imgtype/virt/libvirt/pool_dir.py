@@ -22,12 +22,15 @@ from oslo_serialization import jsonutils
 from oslo_utils import excutils
 
 from nova_imgtype import exception
+from nova_imgtype import record
 from nova_imgtype.virt.libvirt import pool_specs
 
 LOG = logging.getLogger(__name__)
 
-#: Legacy instance disk files that move into a dir pool.
-LEGACY_DISK = re.compile(r'^disk(\.local|\.swap|\.eph\d+)?$')
+#: Legacy instance files that move into a dir pool: the disks, the config
+#: drive, and the kernel and ramdisk (a pool instance's are volumes too).
+LEGACY_DISK = re.compile(
+    r'^(disk(\.local|\.swap|\.eph\d+|\.config)?|kernel|ramdisk)$')
 #: Stock's record of its disk files' formats, in the instance directory.
 DISK_INFO = 'disk.info'
 
@@ -44,18 +47,23 @@ def legacy_formats(instance_dir: str,
                    names: Sequence[str]) -> dict[str, str] | None:
     """The format of each of the legacy disk files ``names``, as stock
     recorded it when it made the disk (``disk.info`` in the instance
-    directory, keyed by path); None when a file has no entry there (its
-    format would have to be probed from its bytes, which the guest writes)
-    or the file cannot be read.
+    directory, keyed by path), or raw for the files stock always makes raw
+    (:data:`~nova_imgtype.record.RAW_DISKS`: config drive, kernel, ramdisk;
+    a config drive's entry, where there is one, says raw too); None when a
+    disk has no entry there (its format would have to be probed from its
+    bytes, which the guest writes) or the file cannot be read.
     """
-    try:
-        with open(os.path.join(instance_dir, DISK_INFO)) as f:
-            recorded = jsonutils.loads(f.read().strip() or '{}')
-    except (OSError, ValueError) as e:
-        LOG.warning('%s cannot be read: %s', DISK_INFO, e)
-        return None
-    formats = {}
-    for name in names:
+    disks = [n for n in names if n not in record.RAW_DISKS]
+    recorded: dict[str, Any] = {}
+    if disks:
+        try:
+            with open(os.path.join(instance_dir, DISK_INFO)) as f:
+                recorded = jsonutils.loads(f.read().strip() or '{}')
+        except (OSError, ValueError) as e:
+            LOG.warning('%s cannot be read: %s', DISK_INFO, e)
+            return None
+    formats = {name: 'raw' for name in names if name in record.RAW_DISKS}
+    for name in disks:
         fmt = recorded.get(os.path.join(instance_dir, name))
         if not isinstance(fmt, str) or not fmt:
             LOG.warning('%s records no format for %s', DISK_INFO, name)
