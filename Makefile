@@ -41,6 +41,7 @@ $(PY):
 $(VENV)/.stamp-system: bindep.txt | $(PY)
 	$(PIP_INSTALL) bindep
 	tools/install-system-packages.sh $(VENV)/bin/bindep
+	tools/link-ceph-bindings $(PY)
 	touch $@
 
 $(VENV)/.stamp-python: $(VENV)/.stamp-system $(CONSTRAINTS) requirements.txt test-requirements.txt

@@ -21,6 +21,7 @@ import pytest
 from lxml import etree
 from nova import objects
 from nova.virt.libvirt import driver as stock_driver
+from nova.virt.libvirt import utils as libvirt_utils
 from oslo_concurrency import processutils
 
 from nova_imgtype import exception
@@ -36,6 +37,7 @@ from tests.real.test_native_images import glance  # noqa: F401
 
 objects.register_all()
 IMAGE_SIZE = 32 * MiB
+RESIZE_SNAPSHOT = libvirt_utils.RESIZE_SNAPSHOT_NAME
 
 
 @pytest.fixture
@@ -283,3 +285,47 @@ def test_unused_templates_leave_the_ceph_pool(
         rbd_driver.manage_image_cache(None, [])
     stock.assert_called_once()
     assert sorted(ceph_cluster.images()) == [upload]
+
+
+def test_a_reverted_resize_gets_the_disk_back_as_it_was(
+        rbd_driver, raw_image, ceph_cluster):
+    """Issue 29, 4: stock's Rbd snapshots the root disk before a resize
+    and rolls back to it on a revert; an rbd pool volume inherited no-op
+    snapshots, and a reverted resize kept the destination's writes and
+    size. Here: the steps the compute manager drives (finish_migration's
+    snapshot, the resize and a guest's write, finish_revert_migration's
+    rollback and removal), on the real Ceph image."""
+    image_id, _digest = raw_image
+    inst, disk = _boot_disk(rbd_driver, image_id, 'raw')
+    vol = pools.volume_name(inst.uuid, 'disk')
+    spec = ceph_cluster.image_spec(vol)
+    before = _rbd_head_sha256(ceph_cluster, vol, 64 * MiB)
+
+    disk.create_snap(RESIZE_SNAPSHOT)
+    disk.resize_image(128 * MiB)
+    subprocess.run(['qemu-io', '-f', 'raw', '-c', 'write -P 0x5a 0 1M',
+                    ceph_cluster.qemu_spec(vol)], check=True,
+                   capture_output=True)
+    assert _rbd_head_sha256(ceph_cluster, vol, 64 * MiB) != before
+    assert [s['name'] for s in ceph_cluster.rbd_json(
+        'snap', 'ls', spec)] == [RESIZE_SNAPSHOT]
+
+    disk.rollback_to_snap(RESIZE_SNAPSHOT)
+    disk.remove_snap(RESIZE_SNAPSHOT)
+
+    assert ceph_cluster.rbd_json('info', spec)['size'] == 64 * MiB
+    assert _rbd_head_sha256(ceph_cluster, vol, 64 * MiB) == before
+    assert ceph_cluster.rbd_json('snap', 'ls', spec) == []
+
+
+def test_a_confirmed_resize_leaves_no_snapshot(rbd_driver, raw_image,
+                                               ceph_cluster):
+    """Stock's confirm removes the resize snapshot only when the host's
+    own backend clones; the plugin removes an rbd pool volume's."""
+    image_id, _digest = raw_image
+    inst, disk = _boot_disk(rbd_driver, image_id, 'raw')
+    spec = ceph_cluster.image_spec(pools.volume_name(inst.uuid, 'disk'))
+    ceph_cluster.rbd('snap', 'create', '%s@%s' % (spec, RESIZE_SNAPSHOT))
+    with mock.patch.object(stock_driver.LibvirtDriver, '_cleanup_resize'):
+        rbd_driver._cleanup_resize(None, inst, None)
+    assert ceph_cluster.rbd_json('snap', 'ls', spec) == []

@@ -23,6 +23,7 @@ from nova.compute import vm_states
 from nova.i18n import _
 from nova.virt import driver as virt_driver
 from nova.virt.libvirt import driver as libvirt_driver
+from nova.virt.libvirt import utils as libvirt_utils
 from oslo_config import cfg
 from oslo_log import log as logging
 
@@ -347,6 +348,15 @@ class LibvirtDriver(driver_images.Images, driver_live.LiveMigration,
             '_cleanup_resize', self, args, kwargs)['instance']
         with self.image_backend.scope(instance):
             super()._cleanup_resize(*args, **kwargs)
+        if self._resolver.decision_for(instance).storage == \
+                resolver_mod.POOLS:
+            # Stock removes the resize snapshot of a root disk whose
+            # backend clones (its Rbd); a root volume on an rbd pool takes
+            # one too (a no-op on other pools).
+            root = self.image_backend.by_name(instance, 'disk')
+            if root.exists():
+                root.remove_snap(libvirt_utils.RESIZE_SNAPSHOT_NAME,
+                                 ignore_errors=True)
 
     def instance_on_disk(self, *args: Any, **kwargs: Any) -> bool:
         instance: objects.Instance = compat.driver(

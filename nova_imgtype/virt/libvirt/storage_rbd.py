@@ -21,6 +21,7 @@ from typing import Any
 
 import libvirt
 from nova import utils
+from nova.storage import rbd_utils
 from nova.virt.image import model as imgmodel
 from nova.virt.libvirt import imagebackend
 from oslo_concurrency import processutils
@@ -70,6 +71,28 @@ class RbdStorage(storage.LibvirtStorage):
                 uploader=CONF.host)
 
         return upload()
+
+    # Resize snapshots, as stock's Rbd takes them: the compute manager's
+    # finish_migration snapshots the root disk before it is resized
+    # (task_state RESIZE_FINISH), a revert rolls the disk back to it (its
+    # data and its size) and removes it, a confirm removes it. Nova's own
+    # rbd helper does the work, on the volume's Ceph pool.
+
+    def _rbd(self) -> tuple[rbd_utils.RBDDriver, str]:
+        ceph_pool, _sep, image = self.path.partition('/')
+        return rbd_utils.RBDDriver(pool=ceph_pool), image
+
+    def create_snap(self, name: str) -> None:
+        driver, image = self._rbd()
+        driver.create_snap(image, name)
+
+    def remove_snap(self, name: str, ignore_errors: bool = False) -> None:
+        driver, image = self._rbd()
+        driver.remove_snap(image, name, ignore_errors)
+
+    def rollback_to_snap(self, name: str) -> None:
+        driver, image = self._rbd()
+        driver.rollback_to_snap(image, name)
 
     def get_model(self, connection: Any) -> Any:
         pool, _sep, name = self.path.partition('/')
