@@ -582,3 +582,28 @@ def test_the_source_s_stale_record_is_not_saved_back(
     got = drv._resolver.recorded(sent)
     assert (got.storage, got.pool) == (resolver_mod.LEGACY, '')
 
+
+
+def test_arrival_is_recorded_before_stocks_part_which_can_fail(
+        make_driver, test_pools):  # noqa: F811
+    """Issue 29, 9: stock's post_live_migration_at_destination failed after
+    a block migration; the compute manager saves the instance whatever
+    happens (with this host), and it was saved with the source's storage:
+    a pool instance whose disks here are files."""
+    drv = test_pools(make_driver(images_type='flat',
+                                 use_storage_pools=False))
+    inst = _instance(imgtype_backend='qcow2', imgtype_storage='pools',
+                     imgtype_pool='nova-disks-pool',
+                     imgtype_native_formats='qcow2')
+    drv._arrivals[inst.uuid] = drv._resolver.arrival(
+        drv._resolver.recorded(inst))
+    fresh = _instance(**dict(inst.system_metadata))
+    with mock.patch.object(STOCK, 'post_live_migration_at_destination',
+                           side_effect=RuntimeError('vifs')), \
+            mock.patch.object(objects.Instance, 'get_by_uuid',
+                              return_value=fresh):
+        with pytest.raises(RuntimeError):
+            drv.post_live_migration_at_destination(None, inst, None, True,
+                                                   None)
+    got = drv._resolver.recorded(inst)
+    assert (got.storage, got.pool) == (resolver_mod.LEGACY, '')

@@ -331,7 +331,15 @@ class LiveMigration(libvirt_driver.LibvirtDriver):
         call = compat.driver('post_live_migration_at_destination', self,
                              args, kwargs)
         instance: objects.Instance = call['instance']
-        super().post_live_migration_at_destination(*args, **kwargs)
+        # Where the disks are is recorded before stock's part, which can
+        # fail: the compute manager saves the instance whatever happens
+        # (its host is this one then), and its record must say where the
+        # disks are here, not where they were on the source.
+        self._record_arrival_here(call, instance)
+        return super().post_live_migration_at_destination(*args, **kwargs)
+
+    def _record_arrival_here(self, call: compat.StockCall,
+                             instance: objects.Instance) -> None:
         made_here = self._arrivals.pop(instance.uuid, None)
         if self._resolver.recorded(instance) is None:
             return
