@@ -288,6 +288,90 @@ def test_cache_manager_keeps_templates_in_use_by_pool_volumes(
     assert not os.path.exists(used) and not os.path.exists(native)
 
 
+@pytest.fixture
+def dir_pool_of_another_name(driver, conf, libvirt_conn,  # noqa: F811
+                             libvirt_tmp_path):
+    """A driver whose dir disks pool is ``nova-disks-pool-dir`` (as on an
+    rbd or lvm host with the qcow2:qcow2 mapping), and a configuration
+    that no longer names it (mapping dropped): (driver, that pool)."""
+    conf.config(instances_path=str(libvirt_tmp_path / 'instances'))
+    drv = driver(images_type='flat', use_storage_pools=True)
+    drv._pools = drv.image_backend.pools = pools.StoragePools(
+        lambda: libvirt_conn)
+    base, disks = pools.default_specs(conf.conf.instances_path)
+    specs = [base, pools.PoolSpec(pools.DISKS_POOL + '-dir', 'dir',
+                                  disks.target)]
+    made = [drv._pools.ensure(spec) for spec in specs]
+    yield drv, made[1]
+    for spec in specs:   # by name: a test may have undefined one
+        try:
+            pool = libvirt_conn.storagePoolLookupByName(spec.name)
+        except libvirt.libvirtError:
+            continue
+        if pool.isActive():
+            pool.destroy()
+        pool.undefine()
+
+
+def _old_template(name, fmt):
+    path = os.path.join(conf_instances(), '_base',
+                        nova_imagecache.get_cache_fname(name))
+    if fmt == 'qcow2':
+        path += '_qcow2'
+    real.make_image(path, fmt, 8 * MiB)
+    os.utime(path, (1, 1))          # old enough to go
+    return path
+
+
+def test_cache_manager_keeps_templates_of_a_dir_pool_of_any_name(
+        dir_pool_of_another_name, conf, no_bdms):  # noqa: F811
+    """Issue 29, 10: on an rbd or lvm host, qcow2:qcow2 overlays are in
+    the dir pool ``nova-disks-pool-dir``; once the mapping is dropped (or
+    ``use_storage_pools`` turned off) the configuration names no such
+    pool, and the manager removed the templates the overlays still need.
+    The pool is found by its place, ``<instances_path>/disks``."""
+    drv, other = dir_pool_of_another_name
+    conf.config(remove_unused_base_images=True,
+                remove_unused_original_minimum_age_seconds=0,
+                remove_unused_resized_minimum_age_seconds=0,
+                group='image_cache')
+    native = _old_template('n', 'qcow2')
+    unused = _old_template('u', 'raw')
+    drv._pools.refresh(pools.BASE_POOL)
+    inst = str(uuid.uuid4())
+    drv._pools.create_cow(other, pools.volume_name(inst, 'disk'), native,
+                          'qcow2', 16 * MiB)
+
+    drv.manage_image_cache(nova_context.get_admin_context(), [])
+
+    assert os.path.exists(native)
+    assert not os.path.exists(unused)
+    drv._pools.delete_instance_volumes(other, inst)
+
+
+def test_cache_manager_removes_nothing_with_volumes_and_no_pool(
+        dir_pool_of_another_name, conf, no_bdms):  # noqa: F811
+    """Volumes in ``<instances_path>/disks`` with no pool over it: their
+    templates cannot be read from libvirt, and nothing is removed."""
+    drv, other = dir_pool_of_another_name
+    conf.config(remove_unused_base_images=True,
+                remove_unused_original_minimum_age_seconds=0,
+                group='image_cache')
+    path = _old_template('v', 'raw')
+    target = pools.pool_target(other)
+    other.destroy()
+    other.undefine()
+    volume = os.path.join(target, pools.volume_name(str(uuid.uuid4()),
+                                                    'disk'))
+    real.make_image(volume, 'raw', MiB)
+    try:
+        with pytest.raises(Exception, match='no storage pool'):
+            drv.manage_image_cache(nova_context.get_admin_context(), [])
+        assert os.path.exists(path)
+    finally:
+        os.unlink(volume)
+
+
 def test_cache_manager_removes_nothing_when_the_pool_cannot_be_read(
         pool_driver, conf, no_bdms):  # noqa: F811
     conf.config(remove_unused_base_images=True,

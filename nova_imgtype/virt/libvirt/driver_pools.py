@@ -34,25 +34,29 @@ class PoolDisks(libvirt_driver.LibvirtDriver):
     """Disks of an instance on a storage pool."""
 
     def _pool_backing_paths(self) -> set[str]:
-        """Templates in use by volumes of the dir disks pools (none if
-        there is no such pool).
+        """Templates in use by the volumes of this host's dir disks pool,
+        found by its place (``<instances_path>/disks``), whatever its name
+        and whatever the configuration says today: the overlays made
+        under an earlier mapping or ``use_storage_pools`` still need
+        theirs (none if there is no such pool and no volume there).
 
-        Any other state (an inactive pool, libvirt unreachable) raises, so
-        the image cache manager removes nothing it cannot check.
+        Any other state (a pool not started, volumes with no pool over
+        them, libvirt unreachable) raises, so the image cache manager
+        removes nothing it cannot check.
         """
-        paths: set[str] = set()
-        names = {pools_mod.DISKS_POOL} | {
-            spec.name for spec in pools_mod.host_specs(
-                CONF, self._resolver.pool_backends())
-            if spec.type == 'dir' and spec.name != pools_mod.BASE_POOL}
-        for name in sorted(names):
-            try:
-                pool = self._pools.get(name)
-            except exception.PoolNotFound:
-                continue
-            if pools_mod.pool_type(pool) == 'dir':
-                paths |= self._pools.backing_paths(pool)
-        return paths
+        directory = pools_mod.dir_disks_location(CONF)
+        pool = self._pools.dir_pool_at(directory)
+        if pool is None:
+            if pool_dir.volume_files(directory):
+                raise exception.StorageUnavailable(
+                    pool=directory,
+                    reason='it holds instance volumes but no storage pool '
+                           'is defined over it: their templates cannot be '
+                           'read')
+            return set()
+        if not pool.isActive():
+            raise exception.PoolInactive(pool=pool.name())
+        return self._pools.backing_paths(pool)
 
     def _instance_pool(self, instance: objects.Instance) -> Any:
         """The started disks pool of a pool instance."""
@@ -88,7 +92,7 @@ class PoolDisks(libvirt_driver.LibvirtDriver):
             removed = pool_dir.remove_volumes(directory, instance)
             if removed:
                 pool = self._pools.dir_pool_at(directory)
-                if pool is not None:
+                if pool is not None and pool.isActive():
                     pool.refresh(0)
         except Exception as e:  # noqa: BLE001 - tried again by stock's task
             LOG.warning('Could not remove the volumes of the instance from '

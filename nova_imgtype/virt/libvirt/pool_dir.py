@@ -31,6 +31,9 @@ LOG = logging.getLogger(__name__)
 #: drive, and the kernel and ramdisk (a pool instance's are volumes too).
 LEGACY_DISK = re.compile(
     r'^(disk(\.local|\.swap|\.eph\d+|\.config)?|kernel|ramdisk)$')
+#: An instance's volume in a dir pool: ``{instance uuid}_{disk name}``.
+VOLUME_FILE = re.compile(r'^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-'
+                         r'[0-9a-f]{12}_.')
 #: Stock's record of its disk files' formats, in the instance directory.
 DISK_INFO = 'disk.info'
 
@@ -136,6 +139,14 @@ def stage_in(pool: Any, instance: Any, directory: str,
     pool.refresh(0)
     LOG.info('Volumes %s are back in storage pool %s', ', '.join(names),
              pool.name(), instance=instance)
+
+
+def volume_files(directory: str) -> list[str]:
+    """The instance volume files (``{uuid}_{name}``) in a dir pool's
+    directory (none without it)."""
+    if not os.path.isdir(directory):
+        return []
+    return sorted(n for n in os.listdir(directory) if VOLUME_FILE.match(n))
 
 
 def remove_volumes(directory: str, instance: Any) -> list[str]:

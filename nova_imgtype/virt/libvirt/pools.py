@@ -179,11 +179,10 @@ class StoragePools:
         return spec
 
     def dir_pool_at(self, directory: str) -> Pool | None:
-        """The started dir pool over ``directory`` (found by its type and
-        target, whatever its name), or None."""
+        """The dir pool over ``directory``, started or not (found by its
+        type and target, whatever its name), or None."""
         wanted = os.path.normpath(directory)
-        for pool in self._conn(directory).listAllStoragePools(
-                libvirt.VIR_CONNECT_LIST_STORAGE_POOLS_ACTIVE):
+        for pool in self._conn(directory).listAllStoragePools(0):
             spec = self.definition(pool)
             if (spec.type == 'dir' and spec.target and
                     os.path.normpath(spec.target) == wanted):
