@@ -222,6 +222,38 @@ def test_rebuild_keeps_record_and_refuses_unserved_backend(make_driver):
     assert inst.system_metadata['imgtype_backend'] == 'lvm'
 
 
+def test_rebuild_of_unserved_storage_is_refused_before_destroying(
+        make_driver):
+    """Issue 29: a pool instance rebuilt after use_storage_pools was turned
+    off. Stock's rebuild destroys the disks first; spawn then refused the
+    instance (ERROR, no disks). Refused before stock's rebuild starts."""
+    drv = make_driver(images_type='qcow2', use_storage_pools=False)
+    inst = _instance(imgtype_backend='qcow2', imgtype_storage='pools',
+                     imgtype_pool='nova-disks-pool',
+                     imgtype_native_formats='qcow2')
+    meta = objects.ImageMeta.from_dict({'disk_format': 'qcow2'})
+    with mock.patch.object(STOCK, 'destroy') as destroy, \
+            mock.patch.object(STOCK, 'spawn') as spawn:
+        with pytest.raises(nova_exception.InstanceFaultRollback) as e:
+            drv.rebuild(None, inst, meta, [], None, {}, [], None, None)
+    assert isinstance(e.value.inner_exception,
+                      exception.BackendNotServedByHost)
+    assert 'use_storage_pools' in str(e.value.inner_exception)
+    destroy.assert_not_called()
+    spawn.assert_not_called()
+    assert inst.system_metadata['imgtype_storage'] == 'pools'
+
+
+def test_rebuild_of_served_storage_is_stocks(make_driver):
+    drv = make_driver(images_type='qcow2', use_storage_pools=True)
+    inst = _instance(imgtype_backend='qcow2', imgtype_storage='pools',
+                     imgtype_pool='nova-disks-pool',
+                     imgtype_native_formats='qcow2')
+    meta = objects.ImageMeta.from_dict({'disk_format': 'qcow2'})
+    with pytest.raises(NotImplementedError):
+        drv.rebuild(None, inst, meta, [], None, {}, [], None, None)
+
+
 @pytest.mark.parametrize('sysmeta,fmt,native', [
     ({'imgtype_backend': 'qcow2', 'imgtype_native_formats': 'qcow2'},
      'qcow2', True),

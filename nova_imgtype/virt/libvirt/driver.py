@@ -231,8 +231,9 @@ class LibvirtDriver(driver_images.Images, driver_live.LiveMigration,
         super().spawn(*args, **kwargs)
 
     def rebuild(self, *args: Any, **kwargs: Any) -> None:
-        """Refuse a rebuild to an image this host cannot use, before the
-        old disk is touched; otherwise stock's rebuild (destroy, spawn).
+        """Refuse a rebuild to an image this host cannot use, or of an
+        instance whose recorded storage it does not serve, before the old
+        disk is touched; otherwise stock's rebuild (destroy, spawn).
 
         Nova schedules no rebuild through request filters, so this is where
         an image of a format the host does not support (by its traits) is
@@ -259,6 +260,15 @@ class LibvirtDriver(driver_images.Images, driver_live.LiveMigration,
                                  '%(fmt)s (it can use: %(ok)s)') % {
                             'host': CONF.host, 'fmt': disk_format,
                             'ok': ', '.join(sorted(supported))}))
+        # Stock's rebuild destroys the disks before it spawns, and spawn
+        # refuses an instance whose recorded storage this host no longer
+        # serves (use_storage_pools turned off, an unserved backend): so
+        # it is refused here, before anything is destroyed.
+        try:
+            self._resolver.ensure_served(call['instance'], CONF.host)
+        except exception.BackendNotServedByHost as e:
+            self._put_back_image(call['context'], call['instance'])
+            raise nova_exception.InstanceFaultRollback(e) from e
         raise NotImplementedError()
 
     def _put_back_image(self, context: Any,
