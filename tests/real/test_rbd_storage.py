@@ -329,3 +329,33 @@ def test_a_confirmed_resize_leaves_no_snapshot(rbd_driver, raw_image,
     with mock.patch.object(stock_driver.LibvirtDriver, '_cleanup_resize'):
         rbd_driver._cleanup_resize(None, inst, None)
     assert ceph_cluster.rbd_json('snap', 'ls', spec) == []
+
+
+def test_a_template_removed_by_another_host_before_its_clone_is_uploaded_again(
+        rbd_driver, raw_image, ceph_cluster):
+    """Issue 29: removing an unused rbd template is guarded by Ceph (it
+    refuses while a clone exists), not by a lock of one host. Host C
+    removes the template between this host finding it (its libvirt still
+    lists it) and cloning it: the clone fails, and the template is
+    uploaded again instead of the boot failing."""
+    image_id, digest = raw_image
+    first, first_disk = _boot_disk(rbd_driver, image_id, 'raw')
+    [template] = [i for i in ceph_cluster.images()
+                  if i.startswith(pools.RBD_TEMPLATE_PREFIX)]
+    first_disk._volume().delete(0)
+    # Host C, behind this host's libvirt: the template and its snapshot.
+    spec = ceph_cluster.image_spec(template)
+    for snap in ceph_cluster.rbd_json('snap', 'ls', spec):
+        ceph_cluster.rbd('snap', 'unprotect', '%s@%s' % (spec, snap['name']))
+    ceph_cluster.rbd('snap', 'purge', spec)
+    ceph_cluster.rbd('rm', '--no-progress', spec)
+    disks = rbd_driver._pools.get(pools.DISKS_POOL)
+    assert template in disks.listVolumes()      # not refreshed here
+
+    second, disk = _boot_disk(rbd_driver, image_id, 'raw')
+
+    assert disk.exists()
+    vol = pools.volume_name(second.uuid, 'disk')
+    info = ceph_cluster.rbd_json('info', ceph_cluster.image_spec(vol))
+    assert info['parent']['image'] == template
+    assert _rbd_head_sha256(ceph_cluster, vol, IMAGE_SIZE) == digest

@@ -29,6 +29,7 @@ from oslo_config import cfg
 from oslo_log import log as logging
 from oslo_serialization import jsonutils
 
+from nova_imgtype import exception
 from nova_imgtype.virt.libvirt import pools as pools_mod
 from nova_imgtype.virt.libvirt import storage
 
@@ -48,10 +49,30 @@ class RbdStorage(storage.LibvirtStorage):
     def _make_volume(self, template: Any, base: str, base_format: str,
                      capacity: int) -> None:
         """An RBD clone of the template's copy in the pool (libvirt's rbd
-        ``createXMLFrom`` within a pool is an RBD clone)."""
+        ``createXMLFrom`` within a pool is an RBD clone).
+
+        Another compute of the cluster may remove the template, unused as
+        it was, between this host finding it and cloning it (Ceph refuses
+        that only once a clone exists): the clone then fails, the pool is
+        read again, and a template gone from Ceph is uploaded again and
+        cloned, once.
+        """
         disks = self._pool
-        template = self._rbd_template(disks, base, base_format)
-        self.pools.copy(disks, self.volume_name, template, 'raw', '',
+        rbd_template = self._rbd_template(disks, base, base_format)
+        try:
+            self.pools.copy(disks, self.volume_name, rbd_template, 'raw', '',
+                            capacity)
+            return
+        except exception.VolumeCreateFailed:
+            name = rbd_template.name()
+            disks.refresh(0)
+            if self.pools.find_volume(disks, name) is not None:
+                raise
+            LOG.warning('Template %s left the Ceph pool before its clone '
+                        '(another compute removed it, unused): uploading '
+                        'it again', name)
+        rbd_template = self._rbd_template(disks, base, base_format)
+        self.pools.copy(disks, self.volume_name, rbd_template, 'raw', '',
                         capacity)
 
     def _rbd_template(self, disks: Any, base: str, base_format: str) -> Any:
