@@ -381,7 +381,11 @@ def test_cache_manager_removes_nothing_when_the_pool_cannot_be_read(
     path = os.path.join(base_dir, nova_imagecache.get_cache_fname('c'))
     real.make_image(path, 'raw', 8 * MiB)
     os.utime(path, (1, 1))
-    pool_driver._pools.get(pools.DISKS_POOL).destroy()   # inactive
+    disks = pool_driver._pools.get(pools.DISKS_POOL)
+    pool_driver._pools.create_cow(
+        disks, pools.volume_name(str(uuid.uuid4()), 'disk'), path, 'raw',
+        16 * MiB)
+    disks.destroy()   # inactive: its volumes' templates cannot be read
     try:
         with pytest.raises(Exception, match=pools.DISKS_POOL):
             pool_driver.manage_image_cache(nova_context.get_admin_context(),

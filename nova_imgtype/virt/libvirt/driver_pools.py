@@ -38,22 +38,23 @@ class PoolDisks(libvirt_driver.LibvirtDriver):
         found by its place (``<instances_path>/disks``), whatever its name
         and whatever the configuration says today: the overlays made
         under an earlier mapping or ``use_storage_pools`` still need
-        theirs (none if there is no such pool and no volume there).
+        theirs (none when there is no volume there).
 
         Any other state (a pool not started, volumes with no pool over
         them, libvirt unreachable) raises, so the image cache manager
         removes nothing it cannot check.
         """
         directory = pools_mod.dir_disks_location(CONF)
+        if not pool_dir.volume_files(directory):
+            # No volume there (a dir pool's volumes are its files): none
+            # uses a template, and libvirt need not be asked.
+            return set()
         pool = self._pools.dir_pool_at(directory)
         if pool is None:
-            if pool_dir.volume_files(directory):
-                raise exception.StorageUnavailable(
-                    pool=directory,
-                    reason='it holds instance volumes but no storage pool '
-                           'is defined over it: their templates cannot be '
-                           'read')
-            return set()
+            raise exception.StorageUnavailable(
+                pool=directory,
+                reason='it holds instance volumes but no storage pool is '
+                       'defined over it: their templates cannot be read')
         if not pool.isActive():
             raise exception.PoolInactive(pool=pool.name())
         return self._pools.backing_paths(pool)
