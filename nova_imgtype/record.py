@@ -32,8 +32,14 @@ NATIVE = 'imgtype_native_formats'
 #: (LibvirtStorage), 'legacy' for stock image files.
 STORAGE = 'imgtype_storage'
 #: The storage pool holding a pool instance's disks, recorded so that a
-#: later change of images_type never re-points them.
+#: later change of images_type never re-points them: its name on the host
+#: that recorded it...
 POOL = 'imgtype_pool'
+#: ...and what identifies its storage on every host: its type and place
+#: (``dir:<directory>``, ``logical:<volume group>``, ``rbd:<Ceph
+#: pool>@<monitors>``; ``pool_specs.location_key``). Each host finds its
+#: own pool of that storage by it, whatever its name there.
+POOL_LOCATION = 'imgtype_pool_location'
 #: The format of each disk whose format is not its backend's (a legacy
 #: instance's files adopted into a pool as they are):
 #: ``name=format`` pairs, comma separated.
@@ -53,8 +59,8 @@ IMAGE = 'imgtype_image_ref'
 TEMPLATE = 'imgtype_root_template'
 
 #: Every key of the record.
-KEYS = (BACKEND, NATIVE, STORAGE, POOL, DISK_FORMATS, ARRIVAL, IMAGE,
-        TEMPLATE)
+KEYS = (BACKEND, NATIVE, STORAGE, POOL, POOL_LOCATION, DISK_FORMATS,
+        ARRIVAL, IMAGE, TEMPLATE)
 
 POOLS = 'pools'
 LEGACY = 'legacy'
@@ -81,6 +87,9 @@ class BackendDecision:
     pool: str = ''
     #: Per disk name, a format other than the backend's (adopted files).
     disk_formats: tuple[tuple[str, str], ...] = ()
+    #: The type and place of the pool's storage ('' for legacy storage,
+    #: and for pool instances recorded before it was).
+    pool_location: str = ''
 
     def is_native(self, disk_format: str | None) -> bool:
         return disk_format is not None and disk_format in self.native_formats
@@ -111,9 +120,10 @@ def read(meta: Mapping[str, str], default_pool: str) -> BackendDecision | None:
     native = meta.get(NATIVE) or ''
     storage = meta.get(STORAGE) or LEGACY
     pool = (meta.get(POOL) or default_pool) if storage == POOLS else ''
+    location = (meta.get(POOL_LOCATION) or '') if storage == POOLS else ''
     return BackendDecision(
         backend, tuple(f for f in native.split(',') if f), storage, pool,
-        _parse_disk_formats(meta.get(DISK_FORMATS) or ''))
+        _parse_disk_formats(meta.get(DISK_FORMATS) or ''), location)
 
 
 def write(instance: Any, decision: BackendDecision) -> None:
@@ -123,6 +133,7 @@ def write(instance: Any, decision: BackendDecision) -> None:
     meta[NATIVE] = ','.join(decision.native_formats)
     meta[STORAGE] = decision.storage
     _set(meta, POOL, decision.pool)
+    _set(meta, POOL_LOCATION, decision.pool_location)
     _set(meta, DISK_FORMATS, _dump_disk_formats(decision.disk_formats))
 
 

@@ -28,8 +28,10 @@ from nova_imgtype import exception
 from nova_imgtype.testing import libvirtd as real
 from nova_imgtype.virt.libvirt import pools
 from nova_imgtype.virt.libvirt import storage
+from nova_imgtype.virt.libvirt import storage_rbd
 from tests.real.test_libvirt_storage import _boot_disk
 from tests.real.test_libvirt_storage import _guest_xml
+from tests.real.test_libvirt_storage import pool_driver  # noqa: F401
 from tests.real.test_native_images import MiB
 from tests.real.test_native_images import conf  # noqa: F401
 from tests.real.test_native_images import driver  # noqa: F401
@@ -359,3 +361,72 @@ def test_a_template_removed_by_another_host_before_its_clone_is_uploaded_again(
     info = ceph_cluster.rbd_json('info', ceph_cluster.image_spec(vol))
     assert info['parent']['image'] == template
     assert _rbd_head_sha256(ceph_cluster, vol, IMAGE_SIZE) == digest
+
+
+def _recorded_elsewhere(drv, inst, pool, location):
+    """The instance as another host recorded it: its pool's name there and
+    the type and place of its storage."""
+    inst.system_metadata.update({'imgtype_pool': pool,
+                                 'imgtype_pool_location': location})
+    return drv._resolver.decision_for(inst)
+
+
+def test_an_rbd_pool_of_another_name_is_found_by_its_storage(
+        rbd_driver, raw_image, ceph_cluster):
+    """Issue 29, 5: moved between hosts whose rbd pools of one Ceph pool
+    have different names, a revert (or any later step) looked the other
+    host's name up here: PoolNotFound, instance ERROR."""
+    image_id, _digest = raw_image
+    inst, disk = _boot_disk(rbd_driver, image_id, 'raw')
+    location = inst.system_metadata['imgtype_pool_location']
+    assert location.startswith('rbd:%s@' % ceph_cluster.pool)
+
+    decision = _recorded_elsewhere(rbd_driver, inst, 'ceph-vms', location)
+
+    assert decision.pool == pools.DISKS_POOL
+    again = rbd_driver.image_backend.by_name(inst, 'disk')
+    assert isinstance(again, storage_rbd.RbdStorage)
+    assert again.exists() and again.path == disk.path
+
+
+def test_a_dir_pool_of_another_host_is_never_this_hosts_rbd_pool(
+        rbd_driver, raw_image, ceph_cluster, libvirt_tmp_path):
+    """Issue 29, 2: host B recorded its dir pool nova-disks-pool; on host A
+    that name is the rbd pool, so A answered "shared storage" and never
+    removed its own local overlay. The dir pool is found by its place."""
+    inst = objects.Instance(uuid=str(uuid.uuid4()), system_metadata={
+        'imgtype_backend': 'qcow2', 'imgtype_native_formats': 'qcow2',
+        'imgtype_storage': 'pools'})
+    directory = str(libvirt_tmp_path / 'instances' / 'disks')
+    decision = _recorded_elsewhere(rbd_driver, inst, pools.DISKS_POOL,
+                                   'dir:%s' % directory)
+    assert decision.pool == pools.DISKS_POOL + '-dir'
+    disk = rbd_driver.image_backend.by_name(inst, 'disk')
+    assert type(disk) is storage.LibvirtStorage
+    assert not disk.is_shared_block_storage()
+
+
+def test_rbd_disks_this_host_does_not_reach_are_never_made_or_deleted_here(
+        pool_driver, ceph_cluster):  # noqa: F811
+    """Issue 29, 1: an instance on an rbd pool evacuated to a host whose
+    pool of that name is a dir pool: it made a new root disk there and the
+    instance's RBD disk (the user's data) was orphaned. Here the recorded
+    Ceph pool is no storage of this host: it is not taken for its dir pool
+    of the same name, deleting finds nothing, and the pool is not
+    replaced by one of this host's."""
+    inst = objects.Instance(uuid=str(uuid.uuid4()), system_metadata={
+        'imgtype_backend': 'rbd', 'imgtype_native_formats': 'raw',
+        'imgtype_storage': 'pools'})
+    location = 'rbd:%s@%s' % (ceph_cluster.pool, ceph_cluster.mon_addr)
+    decision = _recorded_elsewhere(pool_driver, inst, pools.DISKS_POOL,
+                                   location)
+    assert decision.pool == location
+    # Shared storage (stock asks the backend before it deletes disks) ...
+    cls = pool_driver.image_backend.class_for(decision)
+    assert cls is storage_rbd.RbdStorage and cls.is_shared_block_storage()
+    # ... that this host cannot open, make or replace.
+    with pytest.raises(exception.PoolNotFound, match=location):
+        pool_driver.image_backend.by_name(inst, 'disk')
+    with pytest.raises(exception.StorageUnavailable, match=location):
+        pool_driver._pools_here(decision)
+    pool_driver._delete_pool_volumes(inst)      # finds nothing, deletes none

@@ -128,11 +128,13 @@ def test_spawn_records_backend_then_spawns(make_driver):
     assert inst.system_metadata['imgtype_native_formats'] == 'qcow2'
 
 
-def test_a_build_recorded_before_spawn_is_not_saved_again(make_driver):
+def test_a_build_recorded_before_spawn_is_not_saved_again(
+        make_driver, test_pools):
     # Issue 15: prepare_for_spawn records the decision, which the compute
     # manager saves with the instance before spawn: spawn makes the same
     # decision and has nothing to save (one conductor round trip less).
-    drv = make_driver(images_type='flat', images_type_mapping='qcow2:qcow2')
+    drv = test_pools(make_driver(images_type='flat',
+                                 images_type_mapping='qcow2:qcow2'))
     inst = _instance(vm_state=vm_states.BUILDING, image_disk_format='qcow2')
     with mock.patch.object(STOCK, 'prepare_for_spawn') as stock_prepare:
         drv.prepare_for_spawn(inst)
@@ -149,11 +151,13 @@ def test_a_build_recorded_before_spawn_is_not_saved_again(make_driver):
     assert drv._resolver.recorded(inst) == drv._resolver.decide('qcow2')
 
 
-def test_a_build_whose_root_disk_is_a_volume_is_saved_in_spawn(make_driver):
+def test_a_build_whose_root_disk_is_a_volume_is_saved_in_spawn(
+        make_driver, test_pools):
     # The image's format was recorded before the block devices were known;
     # the root disk is a volume: spawn records images_type and saves it
     # before stock's spawn makes any disk.
-    drv = make_driver(images_type='flat', images_type_mapping='qcow2:qcow2')
+    drv = test_pools(make_driver(images_type='flat',
+                                 images_type_mapping='qcow2:qcow2'))
     inst = _instance(vm_state=vm_states.BUILDING, image_disk_format='qcow2')
     with mock.patch.object(STOCK, 'prepare_for_spawn'):
         drv.prepare_for_spawn(inst)

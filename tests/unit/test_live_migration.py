@@ -190,22 +190,23 @@ def test_arrival_keeps_other_backends(conf):
     assert res.arrival(lvm) == lvm
 
 
-def test_assumed_decision_is_for_this_instance_and_thread_only():
+def test_assumed_decision_is_for_this_instance_and_thread_only(conf):
+    res = resolver_mod.BackendResolver(conf.conf)
     inst = _instance(imgtype_backend='flat')
     other = _instance(imgtype_backend='flat')
     assumed = resolver_mod.BackendDecision('flat', (), resolver_mod.POOLS,
                                            'p')
     seen = []
     with resolver_mod.BackendResolver.assume(inst, assumed):
-        assert resolver_mod.BackendResolver.recorded(inst) == assumed
-        assert resolver_mod.BackendResolver.recorded(other).storage == \
+        assert res.recorded(inst) == assumed
+        assert res.recorded(other).storage == \
             resolver_mod.LEGACY
         t = threading.Thread(target=lambda: seen.append(
-            resolver_mod.BackendResolver.recorded(inst)))
+            res.recorded(inst)))
         t.start()
         t.join()
     assert seen[0].storage == resolver_mod.LEGACY
-    assert resolver_mod.BackendResolver.recorded(inst).storage == \
+    assert res.recorded(inst).storage == \
         resolver_mod.LEGACY
 
 

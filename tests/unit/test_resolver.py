@@ -1,5 +1,6 @@
 """BackendResolver: the one place deciding an instance's backend."""
 
+import os
 import uuid
 
 import nova.conf
@@ -203,9 +204,12 @@ def test_adopted_files_keep_their_format_in_the_pool(conf, resolver,
     legacy = resolver_mod.BackendDecision('qcow2', ('qcow2',))
     got = resolver.adopted(legacy, {'disk': file_format,
                                     'disk.local': file_format})
-    # The dir pool of a host whose own images_type is lvm.
+    # The dir pool of a host whose own images_type is lvm, and where its
+    # storage is.
     assert got == resolver_mod.BackendDecision(
-        backend, ('qcow2',), resolver_mod.POOLS, 'nova-disks-pool-dir')
+        backend, ('qcow2',), resolver_mod.POOLS, 'nova-disks-pool-dir',
+        pool_location='dir:%s' % os.path.join(
+            conf.conf.instances_path, 'disks'))
     assert got.volume_format('disk.local') == file_format
 
 

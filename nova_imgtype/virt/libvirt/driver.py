@@ -68,7 +68,10 @@ class LibvirtDriver(driver_images.Images, driver_live.LiveMigration,
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._resolver = resolver_mod.BackendResolver(CONF)
+        # A recorded pool is found on this host by its storage (type and
+        # place), whatever its name here.
+        self._resolver = resolver_mod.BackendResolver(
+            CONF, locate=lambda key, name: self._pools.name_for(key, name))
         try:
             mapping = self._resolver.mapping
         except (cfg.ConfigFileValueError, ValueError) as e:

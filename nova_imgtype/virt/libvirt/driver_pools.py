@@ -194,8 +194,15 @@ class PoolDisks(libvirt_driver.LibvirtDriver):
             try:
                 self._pools.get(decision.pool)
                 return decision
-            except exception.PoolNotFound:
-                pass
+            except exception.PoolNotFound as e:
+                if pools_mod.is_shared_location(decision.pool_location):
+                    # The disks are in a Ceph pool this host does not
+                    # reach: a pool of this host is not where they are.
+                    raise exception.StorageUnavailable(
+                        pool=decision.pool_location,
+                        reason='this host has no storage pool of it, and '
+                               'the disks of the instance are there'
+                    ) from e
         return self._resolver.with_storage(decision, resolver_mod.POOLS)
 
     def _use_this_hosts_pool(self, instance: objects.Instance) -> None:

@@ -89,13 +89,18 @@ class Backend(imagebackend.Backend):
     def _storage_class(self, pool: str) -> type[storage.LibvirtStorage]:
         """The storage class of the volumes of ``pool``: shared rbd ones
         are :class:`~.storage_rbd.RbdStorage`. A pool this host does not
-        have holds nothing here (not shared)."""
+        have holds nothing here (not shared), but for storage of a Ceph
+        cluster that this host does not reach (the resolver names it by
+        its location): that is shared, and never taken for disks of this
+        host to delete."""
         if self.pools is None:
             return storage.LibvirtStorage
         try:
             kind = self.pools.definition(self.pools.get(pool)).type
         except exception.StorageException:
-            return storage.LibvirtStorage
+            return (storage_rbd.RbdStorage
+                    if pools_mod.is_shared_location(pool)
+                    else storage.LibvirtStorage)
         return storage_rbd.RbdStorage if kind == 'rbd' else (
             storage.LibvirtStorage)
 

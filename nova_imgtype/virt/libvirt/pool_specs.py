@@ -178,6 +178,45 @@ def pool_target(pool: Pool) -> str:
 
 
 
+def location_key(spec: PoolSpec) -> str:
+    """What identifies a pool's storage on every host, whatever the pool's
+    name: ``dir:<directory>``, ``logical:<volume group>``, ``rbd:<Ceph
+    pool>@<monitors>`` (sorted, comma separated)."""
+    if spec.type == 'rbd':
+        return 'rbd:%s@%s' % (spec.source, ','.join(sorted(spec.hosts)))
+    if spec.type == 'logical':
+        return 'logical:%s' % spec.source
+    return '%s:%s' % (spec.type, os.path.normpath(spec.target)
+                      if spec.target else '')
+
+
+def same_storage(key: str, other: str) -> bool:
+    """Whether two :func:`location_key` values name the same storage: the
+    same type and place; for rbd, the same Ceph pool of a cluster with a
+    monitor in common (two hosts may list its monitors differently), or
+    with no monitor known on either side (the host's default cluster)."""
+    kind, _sep, place = key.partition(':')
+    other_kind, _sep, other_place = other.partition(':')
+    if kind != other_kind:
+        return False
+    if kind != 'rbd':
+        return place == other_place
+    pool, _sep, mons = place.partition('@')
+    other_pool, _sep, other_mons = other_place.partition('@')
+    if pool != other_pool:
+        return False
+    hosts = {h for h in mons.split(',') if h}
+    other_hosts = {h for h in other_mons.split(',') if h}
+    return bool(hosts & other_hosts) or not (hosts or other_hosts)
+
+
+def is_shared_location(key: str) -> bool:
+    """Whether storage of that location is shared between hosts (an rbd
+    pool of a Ceph cluster); a directory or a volume group is the host's
+    own."""
+    return key.startswith('rbd:')
+
+
 def volume_path(pool: Pool, name: str) -> str:
     """Where a volume of the pool is: ``<target>/<name>`` for dir and
     logical pools, ``<ceph pool>/<name>`` for rbd ones."""

@@ -34,6 +34,7 @@ from oslo_concurrency import processutils
 from oslo_log import log as logging
 
 from nova_imgtype import exception
+from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import sparse
 from nova_imgtype.virt.libvirt.pool_specs import BASE_POOL as BASE_POOL
 from nova_imgtype.virt.libvirt.pool_specs import DISKS_POOL as DISKS_POOL
@@ -58,6 +59,10 @@ from nova_imgtype.virt.libvirt.pool_specs import (
     disks_pool_spec as disks_pool_spec,
 )
 from nova_imgtype.virt.libvirt.pool_specs import host_specs as host_specs
+from nova_imgtype.virt.libvirt.pool_specs import (
+    is_shared_location as is_shared_location,
+)
+from nova_imgtype.virt.libvirt.pool_specs import location_key as location_key
 from nova_imgtype.virt.libvirt.pool_specs import pool_source as pool_source
 from nova_imgtype.virt.libvirt.pool_specs import pool_target as pool_target
 from nova_imgtype.virt.libvirt.pool_specs import pool_type as pool_type
@@ -82,6 +87,7 @@ class StoragePools:
     def __init__(self, get_connection: Callable[[], Connection]) -> None:
         self._get_connection = get_connection
         self._definitions: dict[str, PoolSpec] = {}
+        self._names: dict[str, str] = {}
 
     def _conn(self, pool: str) -> Connection:
         """The connection, to work on ``pool`` (named in the error)."""
@@ -181,13 +187,45 @@ class StoragePools:
     def dir_pool_at(self, directory: str) -> Pool | None:
         """The dir pool over ``directory``, started or not (found by its
         type and target, whatever its name), or None."""
-        wanted = os.path.normpath(directory)
-        for pool in self._conn(directory).listAllStoragePools(0):
-            spec = self.definition(pool)
-            if (spec.type == 'dir' and spec.target and
-                    os.path.normpath(spec.target) == wanted):
+        return self.find_by_location(location_key(PoolSpec('', 'dir',
+                                                           directory)))
+
+    def find_by_location(self, key: str) -> Pool | None:
+        """This host's pool of the storage ``key`` names (a
+        :func:`location_key`), started or not, whatever its name; None when
+        this host has none."""
+        for pool in self._conn(key).listAllStoragePools(0):
+            if pool_specs.same_storage(location_key(self.definition(pool)),
+                                       key):
                 return pool
         return None
+
+    def name_for(self, key: str, recorded_name: str) -> str:
+        """The name of this host's pool of the storage ``key`` names
+        (:meth:`find_by_location`; found once: a pool is never redefined
+        over other storage under its name). When this host has none:
+        ``recorded_name`` if it has no pool of that name either (looking
+        it up says so), else ``key`` itself, which names no pool: another
+        storage's pool of the recorded name is never taken for it."""
+        name = self._names.get(key)
+        if name is not None:
+            return name
+        pool = self.find_by_location(key)
+        if pool is not None:
+            name = self._names[key] = pool.name()
+            return name
+        return key if self.find_pool(recorded_name) is not None else (
+            recorded_name)
+
+    def find_pool(self, name: str) -> Pool | None:
+        """The pool ``name``, started or not; None when there is none."""
+        try:
+            return self._conn(name).storagePoolLookupByName(name)
+        except libvirt.libvirtError as e:
+            if e.get_error_code() == libvirt.VIR_ERR_NO_STORAGE_POOL:
+                return None
+            raise exception.StorageUnavailable(pool=name,
+                                               reason=str(e)) from e
 
     def refresh(self, name: str) -> None:
         """Make libvirt see files added to the pool's directory by hand."""

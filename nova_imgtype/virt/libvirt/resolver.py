@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+from collections.abc import Callable
 from collections.abc import Iterator
 
 from nova import objects
@@ -75,8 +76,14 @@ _ASSUMED: contextvars.ContextVar[tuple[str, BackendDecision] | None] = (
 class BackendResolver:
     """Decides, records and looks up instances' image backends."""
 
-    def __init__(self, conf: cfg.ConfigOpts) -> None:
+    def __init__(self, conf: cfg.ConfigOpts,
+                 locate: Callable[[str, str], str] | None = None) -> None:
+        """:param locate: given a recorded pool's location and name, the
+            name of this host's pool of that storage (see
+            :meth:`recorded`); without it (the CLIs), recorded pool names
+            are taken as they are."""
         self._conf = conf
+        self._locate = locate
 
     @property
     def mapping(self) -> mapping_mod.ImagesTypeMapping:
@@ -109,8 +116,8 @@ class BackendResolver:
             backend, native = mapped, self.mapping.formats_for(mapped)
         if backend == STORAGE_BACKEND:
             backend = 'qcow2' if disk_format == 'qcow2' else 'flat'
-            return BackendDecision(backend, native, POOLS,
-                                   self.pool_for(backend))
+            return self.with_storage(BackendDecision(backend, native),
+                                     POOLS)
         return self.with_storage(BackendDecision(backend, native),
                                  self.storage_for(backend))
 
@@ -120,10 +127,15 @@ class BackendResolver:
 
     def with_storage(self, decision: BackendDecision,
                      storage: str) -> BackendDecision:
-        """``decision`` moved to ``storage`` (and this host's pool)."""
+        """``decision`` moved to ``storage`` (and this host's pool: its
+        name here and the type and place of its storage)."""
+        if storage != POOLS:
+            return dataclasses.replace(decision, storage=storage, pool='',
+                                       pool_location='')
+        spec = pools_mod.disks_pool_spec(self._conf, decision.backend)
         return dataclasses.replace(
-            decision, storage=storage,
-            pool=self.pool_for(decision.backend) if storage == POOLS else '')
+            decision, storage=storage, pool=spec.name,
+            pool_location=pools_mod.location_key(spec))
 
     def pool_backends(self) -> list[str]:
         """Backends this host makes pool volumes for (images_type first)."""
@@ -185,18 +197,30 @@ class BackendResolver:
         return {fmt for fmt in self.supported_formats()
                 if not self.plan(fmt).converted}
 
-    @staticmethod
-    def recorded(instance: objects.Instance) -> BackendDecision | None:
+    def recorded(self, instance: objects.Instance
+                 ) -> BackendDecision | None:
         """The recorded decision, or None for an instance from before us.
 
-        Within :meth:`assume` for this instance: the assumed decision.
+        A pool instance's pool is this host's pool of the recorded storage
+        (its type and place), whatever its name here or on the host that
+        recorded it. When this host has none, the recorded name stays
+        unless this host has a pool of that name over other storage: then
+        the pool is named by the location, which no pool here has (looking
+        it up finds nothing, never another pool of the same name). Within
+        :meth:`assume` for this instance: the assumed decision.
         """
         assumed = _ASSUMED.get()
         if assumed is not None and assumed[0] == instance.uuid:
             return assumed[1]
         # Pool instances recorded before pool names were: nova-disks-pool.
-        return record_mod.read(instance.system_metadata,
-                               pools_mod.DISKS_POOL)
+        decision = record_mod.read(instance.system_metadata,
+                                   pools_mod.DISKS_POOL)
+        if (decision is None or not decision.pool_location or
+                self._locate is None):
+            return decision
+        here = self._locate(decision.pool_location, decision.pool)
+        return (decision if here == decision.pool else
+                dataclasses.replace(decision, pool=here))
 
     @staticmethod
     def record(instance: objects.Instance,
