@@ -430,3 +430,18 @@ def test_rbd_disks_this_host_does_not_reach_are_never_made_or_deleted_here(
     with pytest.raises(exception.StorageUnavailable, match=location):
         pool_driver._pools_here(decision)
     pool_driver._delete_pool_volumes(inst)      # finds nothing, deletes none
+
+
+def test_the_same_ceph_pool_with_monitors_listed_otherwise_is_kept(
+        rbd_driver, raw_image, ceph_cluster):
+    """A host that lists the cluster's monitors by name where this one
+    lists addresses: no monitor in common, but the recorded pool of this
+    name is an rbd pool of the same Ceph pool: it is taken, as before
+    locations were recorded (with a warning), not refused."""
+    image_id, _digest = raw_image
+    inst, disk = _boot_disk(rbd_driver, image_id, 'raw')
+    decision = _recorded_elsewhere(
+        rbd_driver, inst, pools.DISKS_POOL,
+        'rbd:%s@ceph-mon-1.example:6789' % ceph_cluster.pool)
+    assert decision.pool == pools.DISKS_POOL
+    assert rbd_driver.image_backend.by_name(inst, 'disk').exists()

@@ -173,3 +173,28 @@ def test_an_iso_file_is_a_raw_volume_to_qemu(sp, tmp_path):
     vol = sp.copy(pool, 'copy', iso, 'raw', 'raw', 1 << 20)
     assert vol.name() == 'copy'
 
+
+
+def test_location_keys_name_storage_not_pools():
+    from nova_imgtype.virt.libvirt import pool_specs as specs
+    rbd = specs.location_key(specs.PoolSpec(
+        'nova-disks-pool', 'rbd', source='vms',
+        hosts=('10.0.0.2:6789', '10.0.0.1:6789')))
+    assert rbd == 'rbd:vms@10.0.0.1:6789,10.0.0.2:6789'
+    assert specs.location_key(specs.PoolSpec(
+        'x', 'dir', '/var/lib/nova/instances/disks/')) == (
+        'dir:/var/lib/nova/instances/disks')
+    assert specs.location_key(specs.PoolSpec(
+        'x', 'logical', '/dev/vg', source='vg')) == 'logical:vg'
+    # Another host lists one monitor of the same cluster: the same storage.
+    assert specs.same_storage(rbd, 'rbd:vms@10.0.0.2:6789')
+    assert not specs.same_storage(rbd, 'rbd:volumes@10.0.0.1:6789')
+    assert not specs.same_storage(rbd, 'rbd:vms@10.9.9.9:6789')
+    assert specs.same_storage('rbd:vms@', 'rbd:vms@')
+    assert not specs.same_storage('dir:/a/disks', 'rbd:vms@')
+    assert not specs.same_storage('dir:/a/disks', 'dir:/b/disks')
+    assert specs.same_source(rbd, 'rbd:vms@ceph1:6789')
+    assert not specs.same_source(rbd, 'rbd:volumes@10.0.0.1:6789')
+    assert not specs.same_source('dir:/a', 'dir:/a')
+    assert specs.is_shared_location(rbd)
+    assert not specs.is_shared_location('dir:/a/disks')

@@ -210,6 +210,14 @@ def same_storage(key: str, other: str) -> bool:
     return bool(hosts & other_hosts) or not (hosts or other_hosts)
 
 
+def same_source(key: str, other: str) -> bool:
+    """Whether two rbd :func:`location_key` values name the same Ceph pool,
+    whatever their monitors."""
+    if not (key.startswith('rbd:') and other.startswith('rbd:')):
+        return False
+    return key[4:].partition('@')[0] == other[4:].partition('@')[0]
+
+
 def is_shared_location(key: str) -> bool:
     """Whether storage of that location is shared between hosts (an rbd
     pool of a Ceph cluster); a directory or a volume group is the host's

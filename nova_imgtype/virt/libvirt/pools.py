@@ -214,8 +214,20 @@ class StoragePools:
         if pool is not None:
             name = self._names[key] = pool.name()
             return name
-        return key if self.find_pool(recorded_name) is not None else (
-            recorded_name)
+        named = self.find_pool(recorded_name)
+        if named is None:
+            return recorded_name
+        if pool_specs.same_source(location_key(self.definition(named)),
+                                  key):
+            # The same Ceph pool, its monitors listed otherwise here (by
+            # name, not address): the recorded pool, as it was found before
+            # locations were recorded.
+            LOG.warning('Storage pool %(pool)s is taken for %(key)s: the '
+                        'same Ceph pool, with no monitor address in common '
+                        '(list the monitors alike on every host)',
+                        {'pool': recorded_name, 'key': key})
+            return recorded_name
+        return key
 
     def find_pool(self, name: str) -> Pool | None:
         """The pool ``name``, started or not; None when there is none."""
