@@ -155,13 +155,10 @@ def remove_volumes(directory: str, instance: Any) -> list[str]:
     remove any more (a failed cold move's copies on its destination, the
     volumes of an instance whose delete was cut short). The names removed.
     """
-    if not os.path.isdir(directory):
-        return []
-    prefix = instance.uuid + '_'
     removed = []
-    for name in sorted(os.listdir(directory)):
+    for name in volume_files(directory):
         path = os.path.join(directory, name)
-        if name.startswith(prefix) and os.path.isfile(path):
+        if name.startswith(instance.uuid + '_') and os.path.isfile(path):
             os.unlink(path)
             removed.append(name)
     if removed:

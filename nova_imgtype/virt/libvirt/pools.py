@@ -221,11 +221,12 @@ class StoragePools:
                                   key):
             # The same Ceph pool, its monitors listed otherwise here (by
             # name, not address): the recorded pool, as it was found before
-            # locations were recorded.
+            # locations were recorded; said once, kept as a match.
             LOG.warning('Storage pool %(pool)s is taken for %(key)s: the '
                         'same Ceph pool, with no monitor address in common '
                         '(list the monitors alike on every host)',
                         {'pool': recorded_name, 'key': key})
+            self._names[key] = recorded_name
             return recorded_name
         return key
 
