@@ -28,7 +28,7 @@ ifeq ($(wildcard $(CONSTRAINTS)),)
 $(error NOVA=$(NOVA): no $(CONSTRAINTS); releases: $(patsubst constraints/%.txt,%,$(wildcard constraints/*.txt)))
 endif
 
-.PHONY: all demo test unit functional real bench pep8 genconfig venv clean \
+.PHONY: all demo test unit functional real bench bench-compare pep8 genconfig venv clean \
 	gate gate-venv
 
 all: test
@@ -92,6 +92,11 @@ demo: venv
 # glance-api: the gate's services are needed.
 bench: gate-venv
 	$(PY) -m benchmarks
+
+# Now (HEAD) against BASE, both in one run: make bench-compare BASE=<commit>
+bench-compare: gate-venv
+	$(if $(BASE),,$(error BASE=<commit> is needed))
+	$(PY) -m benchmarks.compare $(BASE) $(BENCHMARKS)
 
 pep8: venv
 	$(VENV)/bin/ruff check nova_imgtype nova tests benchmarks gate

@@ -1,0 +1,86 @@
+"""The before/after comparison of ``make bench-compare``: which figures are
+paired, what counts as slower, and that a commit's tree is what runs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from benchmarks import compare
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+
+
+def _disk(method, median_s, image='1 GiB raw'):
+    return {'benchmark': 'disk creation', 'image': image, 'method': method,
+            'median_s': median_s, 'vs_stock_qcow2': 1.0}
+
+
+def test_a_plugin_figure_more_than_the_limit_slower_is_flagged():
+    before = compare.figures([[_disk('stock Flat', 1.0),
+                               _disk('pool COW', 0.100),
+                               _disk('pool copy', 0.100)]])
+    after = compare.figures([[_disk('stock Flat', 1.05),
+                              _disk('pool COW', 0.111),
+                              _disk('pool copy', 0.109)]])
+    rows = {r['row']: r for r in compare.compare(before, after)}
+    assert rows['1 GiB raw, pool COW']['slower']
+    assert not rows['1 GiB raw, pool copy']['slower']
+    # Stock's rows are the run's noise, never a regression of the plugin.
+    assert not rows['1 GiB raw, stock Flat']['slower']
+    assert rows['1 GiB raw, stock Flat']['stock']
+    assert rows['1 GiB raw, pool COW']['stock_drift'] == pytest.approx(1.05)
+
+
+def test_rows_are_paired_by_their_names_not_their_order():
+    before = compare.figures([[_disk('pool COW', 0.1, '10 GiB raw'),
+                               _disk('pool COW', 1.0, '1 GiB raw')]])
+    after = compare.figures([[_disk('pool COW', 1.0, '1 GiB raw'),
+                              _disk('pool COW', 0.1, '10 GiB raw'),
+                              _disk('pool COW', 5.0, '100 GiB raw')]])
+    rows = compare.compare(before, after)
+    # The row only "now" has is not compared with anything.
+    assert [(r['row'], r['ratio']) for r in rows] == [
+        ('1 GiB raw, pool COW', 1.0), ('10 GiB raw, pool COW', 1.0)]
+
+
+def test_rounds_give_the_median_of_their_medians():
+    got = compare.figures([[_disk('pool COW', 0.3)], [_disk('pool COW', 0.1)],
+                           [_disk('pool COW', 0.2)]])
+    assert got == {('disk creation', '1 GiB raw', 'pool COW'): 0.2}
+
+
+def test_profile_is_compared_by_its_total_only_and_ms_become_s():
+    rows = [{'benchmark': 'profile', 'scenario': 'pool COW volume, warm',
+             'step': step, 'calls': 1, 'median_ms': ms, 'runs': 7}
+            for step, ms in (('libvirt: virStoragePool.createXML', 12.0),
+                             ('total (wall)', 16.0))]
+    assert compare.figures([rows]) == {
+        ('profile', 'pool COW volume, warm', 'total (wall)'): 0.016}
+
+
+def test_every_benchmark_has_the_fields_naming_its_rows():
+    from benchmarks.__main__ import BENCHMARKS
+
+    assert set(compare.NAMES) == set(BENCHMARKS)
+    assert set(compare.IDENTITY) == {label for _, label in
+                                     BENCHMARKS.values()}
+
+
+def test_a_commit_is_exported_as_its_tree_without_its_results(tmp_path):
+    into = str(tmp_path / 'tree')
+    commit = compare.export('HEAD', into)
+    head = subprocess.run(['git', '-C', ROOT, 'rev-parse', 'HEAD'],
+                          check=True, capture_output=True,
+                          text=True).stdout.strip()
+    assert commit == head
+    assert os.path.isfile(os.path.join(into, 'benchmarks', '__main__.py'))
+    assert not os.path.exists(os.path.join(into, 'benchmarks', 'results'))
+
+
+def test_an_unknown_commit_is_refused(tmp_path):
+    with pytest.raises(subprocess.CalledProcessError):
+        compare.export('no-such-commit-anywhere', str(tmp_path / 'x'))
