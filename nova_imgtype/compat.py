@@ -59,6 +59,7 @@ READS: Mapping[str, tuple[str, ...]] = {
                                    'disk_info', 'block_device_info'),
     _DRIVER + 'finish_revert_migration': ('instance',),
     _DRIVER + '_hard_reboot': ('instance', 'block_device_info'),
+    _DRIVER + '_create_configdrive': ('instance', 'rescue'),
     _DRIVER + 'unrescue': ('instance',),
     _DRIVER + '_get_guest_config': ('instance',),
     _DRIVER + 'snapshot': ('context', 'instance', 'image_id',
@@ -95,6 +96,7 @@ READS: Mapping[str, tuple[str, ...]] = {
                                            'size', 'safe', 'args',
                                            'kwargs'),
     _IMAGE + 'get_disk_size': ('name',),
+    _IMAGE + 'import_file': ('local_file',),
     _IMAGE + 'resize_image': ('size',),
     # -- the image cache manager ----------------------------------------------
     _CACHE + '_store_image': ('base_dir', 'ent', 'original'),

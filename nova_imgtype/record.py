@@ -58,12 +58,20 @@ IMAGE = 'imgtype_image_ref'
 #: refuses; never under a name read from a disk.
 TEMPLATE = 'imgtype_root_template'
 
+#: Where the config drive of an instance that is not on pools is made:
+#: :data:`LOCAL`, a raw file of the instance (``disk.config`` in its
+#: directory) whatever the host's ``images_type``; absent, stock's choice
+#: (in Ceph on an rbd host: an rbd instance's, and one recorded before
+#: this was).
+CONFIG_DRIVE = 'imgtype_config_drive'
+
 #: Every key of the record.
 KEYS = (BACKEND, NATIVE, STORAGE, POOL, POOL_LOCATION, DISK_FORMATS,
-        ARRIVAL, IMAGE, TEMPLATE)
+        CONFIG_DRIVE, ARRIVAL, IMAGE, TEMPLATE)
 
 POOLS = 'pools'
 LEGACY = 'legacy'
+LOCAL = 'local'
 
 #: Volume format of each backend's disks when pools implement it.
 VOLUME_FORMATS = {'qcow2': 'qcow2', 'raw': 'raw', 'flat': 'raw',
@@ -90,6 +98,9 @@ class BackendDecision:
     #: The type and place of the pool's storage ('' for legacy storage,
     #: and for pool instances recorded before it was).
     pool_location: str = ''
+    #: :data:`LOCAL` when the config drive is a raw file of the instance
+    #: (when it is not on pools), '' for stock's choice.
+    config_drive: str = ''
 
     def is_native(self, disk_format: str | None) -> bool:
         return disk_format is not None and disk_format in self.native_formats
@@ -123,7 +134,8 @@ def read(meta: Mapping[str, str], default_pool: str) -> BackendDecision | None:
     location = (meta.get(POOL_LOCATION) or '') if storage == POOLS else ''
     return BackendDecision(
         backend, tuple(f for f in native.split(',') if f), storage, pool,
-        _parse_disk_formats(meta.get(DISK_FORMATS) or ''), location)
+        _parse_disk_formats(meta.get(DISK_FORMATS) or ''), location,
+        LOCAL if meta.get(CONFIG_DRIVE) == LOCAL else '')
 
 
 def write(instance: Any, decision: BackendDecision) -> None:
@@ -135,6 +147,7 @@ def write(instance: Any, decision: BackendDecision) -> None:
     _set(meta, POOL, decision.pool)
     _set(meta, POOL_LOCATION, decision.pool_location)
     _set(meta, DISK_FORMATS, _dump_disk_formats(decision.disk_formats))
+    _set(meta, CONFIG_DRIVE, decision.config_drive)
 
 
 def backend(meta: Mapping[str, str]) -> str | None:

@@ -690,3 +690,36 @@ def test_a_cold_move_converts_only_what_the_record_says(
                              None, None, False, {})
     handed = jsonutils.loads(stock.call_args[0][3])
     assert handed == (disks if converted else [])
+
+
+@pytest.mark.parametrize('mapping,disk_format,local', [
+    ('qcow2:qcow2', 'qcow2', True),     # local disks: a file
+    ('qcow2:qcow2', 'raw', False),      # rbd: stock's, in Ceph
+])
+def test_a_build_records_where_its_config_drive_is_made(
+        make_driver, mapping, disk_format, local):
+    drv = make_driver(images_type='rbd', images_type_mapping=mapping,
+                      use_storage_pools=False)
+    inst = _instance(vm_state=vm_states.BUILDING)
+    meta = objects.ImageMeta.from_dict({'disk_format': disk_format})
+    with mock.patch.object(STOCK, 'spawn'):
+        drv.spawn(None, inst, meta, [], None, {})
+    assert (inst.system_metadata.get('imgtype_config_drive') ==
+            ('local' if local else None))
+
+
+def test_an_evacuation_of_an_instance_recorded_before_records_its_drive(
+        make_driver):
+    # Recorded by an earlier release: its config drive, made anew on the
+    # destination, is a file there, recorded before stock makes it.
+    drv = make_driver(images_type='rbd', images_type_mapping='qcow2:qcow2',
+                      use_storage_pools=False)
+    inst = _instance(imgtype_backend='qcow2', imgtype_storage='legacy',
+                     imgtype_native_formats='qcow2')
+    meta = objects.ImageMeta.from_dict({'disk_format': 'qcow2'})
+    with mock.patch.object(STOCK, 'spawn') as stock_spawn:
+        stock_spawn.side_effect = lambda *a, **k: (
+            inst.save.assert_called_once_with())
+        drv.spawn(None, inst, meta, [], None, {})
+    assert inst.system_metadata['imgtype_config_drive'] == 'local'
+    assert inst.system_metadata['imgtype_backend'] == 'qcow2'

@@ -81,3 +81,16 @@ def test_the_root_template_reads_back_and_nothing_else_passes_for_it():
         assert record.template(meta) is None
     with pytest.raises(ValueError):
         record.set_template(inst, 'a:b', 'abc')
+
+
+def test_a_local_config_drive_reads_back_and_is_dropped_with_the_decision():
+    inst = _instance()
+    record.write(inst, record.BackendDecision('qcow2',
+                                              config_drive=record.LOCAL))
+    assert inst.system_metadata[record.CONFIG_DRIVE] == 'local'
+    assert record.read(inst.system_metadata, 'p').config_drive == 'local'
+    # Anything else a record holds there is stock's choice.
+    inst.system_metadata[record.CONFIG_DRIVE] = 'rbd'
+    assert record.read(inst.system_metadata, 'p').config_drive == ''
+    record.write(inst, record.BackendDecision('rbd'))
+    assert record.CONFIG_DRIVE not in inst.system_metadata

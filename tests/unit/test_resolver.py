@@ -9,6 +9,7 @@ from nova import objects
 
 import nova_imgtype.conf  # noqa: F401
 from nova_imgtype import exception
+from nova_imgtype import record as record_mod
 from nova_imgtype.virt.libvirt import resolver as resolver_mod
 
 CONF = nova.conf.CONF
@@ -64,7 +65,8 @@ def test_default_images_type_is_resolved_for_the_record(conf, resolver):
 def test_boot_from_volume_uses_images_type(conf, resolver):
     conf.config(images_type='flat', images_type_mapping='raw:rbd',
                 use_storage_pools=False, group='libvirt')
-    assert resolver.decide(None) == resolver_mod.BackendDecision('flat')
+    assert resolver.decide(None) == resolver_mod.BackendDecision(
+        'flat', config_drive=record_mod.LOCAL)
 
 
 def test_record_survives_config_change(conf, resolver):
@@ -74,7 +76,8 @@ def test_record_survives_config_change(conf, resolver):
     resolver.record(inst, resolver.decide('qcow2'))
     assert inst.system_metadata == {'imgtype_backend': 'qcow2',
                                     'imgtype_native_formats': 'qcow2',
-                                    'imgtype_storage': 'legacy'}
+                                    'imgtype_storage': 'legacy',
+                                    'imgtype_config_drive': 'local'}
     conf.config(images_type='lvm', images_type_mapping='',
                 group='libvirt')
     assert resolver.backend_for(inst) == 'qcow2'

@@ -25,6 +25,7 @@ STOCK_PRIVATE = {
     'nova.virt.libvirt.driver:LibvirtDriver._cleanup_rbd',
     'nova.virt.libvirt.driver:LibvirtDriver._cleanup_remote_migration',
     'nova.virt.libvirt.driver:LibvirtDriver._cleanup_resize',
+    'nova.virt.libvirt.driver:LibvirtDriver._create_configdrive',
     'nova.virt.libvirt.driver:LibvirtDriver._create_snapshot_metadata',
     'nova.virt.libvirt.driver:LibvirtDriver._destroy',
     'nova.virt.libvirt.driver:LibvirtDriver._get_guest_config',

@@ -33,6 +33,7 @@ from nova_imgtype import exception
 from nova_imgtype import record as record_mod
 from nova_imgtype import traits
 from nova_imgtype.virt.libvirt import backends
+from nova_imgtype.virt.libvirt import config_drive
 from nova_imgtype.virt.libvirt import driver_images
 from nova_imgtype.virt.libvirt import driver_live
 from nova_imgtype.virt.libvirt import driver_moves
@@ -229,9 +230,30 @@ class LibvirtDriver(driver_images.Images, driver_live.LiveMigration,
                 self._restore_storage_on_unshelve(instance)
             self._resolver.ensure_served(instance, CONF.host)
             self._use_this_hosts_pool(instance)
+            # The config drive is made anew here: where the record says, or
+            # for an instance recorded before it said, as a build's is.
+            decision = self._resolver.decision_for(instance)
+            if not decision.config_drive:
+                made = self._resolver.with_config_drive(decision)
+                if made.config_drive:
+                    record_mod.set_value(instance, record_mod.CONFIG_DRIVE,
+                                         made.config_drive)
+                    instance.save()
             # Saved by the compute manager once the disks are made.
             record_mod.set_value(instance, SYSMETA_IMAGE, instance.image_ref)
         super().spawn(*args, **kwargs)
+
+    def _create_configdrive(self, *args: Any, **kwargs: Any) -> None:
+        """Stock's config drive; one the instance keeps as a file (see
+        :mod:`.config_drive`) is put back where stock made it after stock
+        deleted it on an rbd host."""
+        call = compat.driver('_create_configdrive', self, args, kwargs)
+        instance: objects.Instance = call['instance']
+        path = os.path.join(libvirt_utils.get_instance_path(instance),
+                            'disk.config.rescue' if call['rescue']
+                            else 'disk.config')
+        with config_drive.kept(path):
+            super()._create_configdrive(*args, **kwargs)
 
     def rebuild(self, *args: Any, **kwargs: Any) -> None:
         """Refuse a rebuild to an image this host cannot use, or of an

@@ -27,7 +27,9 @@ from oslo_config import cfg
 
 from nova_imgtype import compat
 from nova_imgtype import exception
+from nova_imgtype import record as record_mod
 from nova_imgtype.virt.libvirt import backends
+from nova_imgtype.virt.libvirt import config_drive
 from nova_imgtype.virt.libvirt import pools as pools_mod
 from nova_imgtype.virt.libvirt import resolver as resolver_mod
 from nova_imgtype.virt.libvirt import storage
@@ -131,13 +133,18 @@ class Backend(imagebackend.Backend):
                         os.path.basename(name)),
                     pool_name=decision.pool)
             image_type = decision.backend
-        elif (decision.storage == resolver_mod.POOLS and
-                self._raw_volume_on_pool(name, decision.pool)):
-            return self._storage_class(decision.pool)(
+        elif decision.storage == resolver_mod.POOLS:
+            if self._raw_volume_on_pool(name, decision.pool):
+                return self._storage_class(decision.pool)(
+                    instance=instance, disk_name=name,
+                    disk_info_mapping=disk_info_mapping, pools=self.pools,
+                    volume_format=decision.volume_format(
+                        os.path.basename(name)),
+                    pool_name=decision.pool)
+        elif self._local_config_drive(name, image_type, decision):
+            return config_drive.LocalConfigDrive(
                 instance=instance, disk_name=name,
-                disk_info_mapping=disk_info_mapping, pools=self.pools,
-                volume_format=decision.volume_format(os.path.basename(name)),
-                pool_name=decision.pool)
+                disk_info_mapping=disk_info_mapping)
         return self.backend(image_type)(
             instance=instance, disk_name=name,
             disk_info_mapping=disk_info_mapping)
@@ -150,6 +157,18 @@ class Backend(imagebackend.Backend):
         if base.startswith(('kernel', 'ramdisk')) and self.pools is not None:
             return pools_mod.pool_type(self.pools.get(pool)) == 'dir'
         return False
+
+    @staticmethod
+    def _local_config_drive(name: str, image_type: str | None,
+                            decision: resolver_mod.BackendDecision) -> bool:
+        """Whether a disk of an instance that is not on pools is its
+        config drive as a raw file: wherever stock makes it a file, and on
+        an rbd host when the record says so (stock's choice, in Ceph, for
+        an rbd instance and one recorded before the record said)."""
+        if not os.path.basename(name).startswith(_CONFIG_DISK):
+            return False
+        return (image_type != 'rbd' or
+                decision.config_drive == record_mod.LOCAL)
 
     def by_libvirt_path(self, *args: Any, **kwargs: Any) -> Any:
         call = compat.called(_STOCK + 'by_libvirt_path', self, args, kwargs)

@@ -116,10 +116,30 @@ class BackendResolver:
             backend, native = mapped, self.mapping.formats_for(mapped)
         if backend == STORAGE_BACKEND:
             backend = 'qcow2' if disk_format == 'qcow2' else 'flat'
-            return self.with_storage(BackendDecision(backend, native),
-                                     POOLS)
-        return self.with_storage(BackendDecision(backend, native),
-                                 self.storage_for(backend))
+            return self.with_storage(self.with_config_drive(
+                BackendDecision(backend, native)), POOLS)
+        return self.with_storage(
+            self.with_config_drive(BackendDecision(backend, native)),
+            self.storage_for(backend))
+
+    @staticmethod
+    def with_config_drive(decision: BackendDecision) -> BackendDecision:
+        """``decision`` with where the instance's config drive is made,
+        when it is made anew (a build, a rebuild, an evacuation, an
+        unshelve).
+
+        An instance on rbd has its config drive where stock puts it (in
+        Ceph on an rbd host: shared, as its disks are). Any other
+        instance's is a raw file of the instance, as stock makes it on any
+        host but an rbd one: its disks are not shared, and a host that
+        destroys its disks (an evacuated instance's source coming back)
+        removes every ``{uuid}*`` image in Ceph (stock's
+        ``_cleanup_rbd``), which would include a config drive another host
+        uses.
+        """
+        return dataclasses.replace(
+            decision, config_drive='' if decision.backend == 'rbd'
+            else record_mod.LOCAL)
 
     def pool_for(self, backend: str) -> str:
         """The name of this host's disks pool implementing ``backend``."""
