@@ -24,12 +24,17 @@ def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
     raise Interrupted(signal.Signals(signum).name)
 
 
-def start(keep_on_failure: bool = False) -> tuple[P.State, dict[str, object]]:
-    """Bring a cloud up; on any failure or interrupt, take it down again."""
+def start(keep_on_failure: bool = False,
+          profile: str = L.DEFAULT_PROFILE
+          ) -> tuple[P.State, dict[str, object]]:
+    """Bring a cloud of ``profile`` up; on any failure or interrupt, take
+    it down again."""
     if os.geteuid() != 0:
         raise P.GateError('the gate cloud needs root')
-    U.check_free_ports()
+    L.computes(profile)      # an unknown profile, before anything starts
+    U.check_free_ports(profile)
     state = P.State(L.Layout(U.new_base()))
+    state.data['profile'] = profile
     state.save()
     old = {s: signal.signal(s, _raise_interrupted)
            for s in (signal.SIGTERM, signal.SIGHUP)}
@@ -74,7 +79,7 @@ def how_to_use(state: P.State) -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    state, cloud = start(args.keep_on_failure)
+    state, cloud = start(args.keep_on_failure, args.profile)
     report(state, cloud)
     how_to_use(state)
     return 0
@@ -125,6 +130,11 @@ def parser() -> argparse.ArgumentParser:
     u = sub.add_parser('up', help='start a cloud and leave it running')
     u.add_argument('--keep-on-failure', action='store_true',
                    help='leave what started for inspection if up fails')
+    u.add_argument('--profile', choices=sorted(L.PROFILES),
+                   default=L.DEFAULT_PROFILE,
+                   help='the cloud: default (files and pools on local '
+                        'disks) or ceph (both computes on one Ceph '
+                        'cluster, with Glance)')
     u.set_defaults(func=cmd_up)
     d = sub.add_parser('down', help='stop a cloud, remove its directory')
     d.add_argument('base', nargs='*',

@@ -185,7 +185,7 @@ def stop_nova_computes(state: P.State,
                        hosts: Collection[str] | None = None) -> None:
     """All of them (or those of ``hosts``) at once; SIGKILL when a
     graceful stop takes over 10 s."""
-    names = [c.host + '-nova-compute' for c in L.COMPUTES
+    names = [c.host + '-nova-compute' for c in state.computes
              if hosts is None or c.host in hosts]
     pids = [pid for pid in map(state.pid, names) if pid]
     P.terminate(pids, grace=10, groups=True)
@@ -210,7 +210,7 @@ def wait_computes_reporting(state: P.State, since: float,
     pending = set(procs)
 
     def probe() -> bool:
-        for c in L.COMPUTES:
+        for c in state.computes:
             if c.host not in procs:
                 continue
             P.check_alive(procs.get(c.host), c.host + ' nova-compute',
@@ -234,7 +234,7 @@ def discover_and_wait(state: P.State, timeout: float = 120) -> None:
            'cell_v2', 'discover_hosts', '--verbose'],
           state.layout.log('nova-manage'))
     sess = identity.admin_session()
-    hosts = {c.host for c in L.COMPUTES}
+    hosts = {c.host for c in state.computes}
 
     def probe() -> bool:
         hv = identity.hypervisors(sess)
@@ -265,7 +265,7 @@ def compute_entries(state: P.State, driver: str) -> list[dict[str, Any]]:
         'images_type_mapping': c.mapping if driver == L.PLUGIN_DRIVER
         else None,
         'use_storage_pools': c.pools if driver == L.PLUGIN_DRIVER else None,
-    } for c in L.COMPUTES]
+    } for c in state.computes]
 
 
 def restart_all(state: P.State, driver: str) -> None:
@@ -283,7 +283,7 @@ def restart(state: P.State, driver: str,
     stop_nova_computes(state, hosts)
     since = time.time()
     procs = {c.host: start_nova_compute(state, c, driver)
-             for c in L.COMPUTES if hosts is None or c.host in hosts}
+             for c in state.computes if hosts is None or c.host in hosts}
     P.progress('nova-compute of %s restarting on %s'
                % (', '.join(sorted(procs)), driver))
     wait_computes_reporting(state, since, procs)

@@ -124,20 +124,32 @@ def placement_conf() -> str:
     })
 
 
-def glance_api_conf(base: str) -> str:
+def glance_api_conf(base: str, profile: str = L.DEFAULT_PROFILE) -> str:
+    """glance-api.conf: images in files, or in the ``ceph`` profile in the
+    cluster's Glance pool (and their location shown, so that stock's rbd
+    computes clone them there rather than download them)."""
     g = base + '/glance'
-    return ini({
-        'DEFAULT': {
-            'use_stderr': True,
-            'enabled_backends': 'fs:file',
-            'bind_host': L.HOST,
-            'bind_port': L.PORTS['glance'],
-            'workers': 1,
-            'image_size_cap': 4 * 1024 ** 3,
-        },
-        'database': {'connection': L.db_url('glance')},
+    stores: dict[str, dict[str, Value]] = {
         'glance_store': {'default_backend': 'fs'},
-        'fs': {'filesystem_store_datadir': g + '/images'},
+        'fs': {'filesystem_store_datadir': g + '/images'}}
+    default: dict[str, Value] = {
+        'use_stderr': True,
+        'enabled_backends': 'fs:file',
+        'bind_host': L.HOST,
+        'bind_port': L.PORTS['glance'],
+        'workers': 1,
+        'image_size_cap': 4 * 1024 ** 3,
+    }
+    if profile == 'ceph':
+        default.update({'enabled_backends': 'ceph:rbd',
+                        'show_image_direct_url': True})
+        stores = {'glance_store': {'default_backend': 'ceph'},
+                  'ceph': {'rbd_store_pool': L.GLANCE_POOL,
+                           'rbd_store_ceph_conf': L.Layout(base).ceph_conf}}
+    return ini({
+        'DEFAULT': default,
+        'database': {'connection': L.db_url('glance')},
+        **stores,
         'os_glance_staging_store': {
             'filesystem_store_datadir': g + '/staging'},
         'os_glance_tasks_store': {'filesystem_store_datadir': g + '/tasks'},
@@ -246,6 +258,11 @@ def nova_compute_conf(base: str, c: L.Compute, driver: str,
     if driver == L.PLUGIN_DRIVER:
         libvirt.update({'use_storage_pools': c.pools,
                         'images_type_mapping': c.mapping})
+    if libvirt['images_type'] == 'rbd':
+        # The ceph profile's cluster: no cephx, so no rbd_user nor secret
+        # (stock then gives libvirt no <auth>).
+        libvirt.update({'images_rbd_pool': L.CEPH_POOL,
+                        'images_rbd_ceph_conf': L.Layout(base).ceph_conf})
     sections.update({
         'libvirt': libvirt,
         'compute': {'max_concurrent_live_migrations': 1},

@@ -10,7 +10,8 @@ from gate.cloud import proc as P
 from gate.cloud.layout import Layout
 
 # Stopped in this order, each group at once: the OpenStack services, then
-# the compute hosts (libvirtd, QEMU, sshd), then the infrastructure.
+# the compute hosts (libvirtd, QEMU, sshd), then the infrastructure (Ceph's
+# daemons included).
 _LAST = ('rabbitmq', 'mysqld')
 _VERY_LAST = ('epmd',)
 
@@ -18,7 +19,8 @@ _VERY_LAST = ('epmd',)
 def _group(name: str) -> int:
     if name.endswith('-host'):
         return 1
-    if name in _LAST:
+    # Ceph's daemons (the ceph profile) once no QEMU uses their disks.
+    if name in _LAST or name.startswith('ceph-'):
         return 2
     if name in _VERY_LAST:
         return 3

@@ -1,15 +1,21 @@
-"""MariaDB and RabbitMQ (with epmd), as root, state under the base."""
+"""MariaDB, RabbitMQ (with epmd) and, in the ``ceph`` profile, a one-node
+Ceph cluster: as root, state under the base."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 
+from gate import ceph
 from gate.cloud import configs
 from gate.cloud import layout as L
 from gate.cloud import proc as P
 
 RABBIT_SERVER = '/usr/lib/rabbitmq/bin/rabbitmq-server'
+#: What the ceph profile's OSD reports as its capacity (and placement as
+#: the computes' DISK_GB): its data is in memory, as written.
+CEPH_BYTES = 64 * 1024 ** 3
 
 
 def _write(path: str, text: str, mode: int = 0o644) -> None:
@@ -89,3 +95,26 @@ def start_rabbitmq(state: P.State) -> None:
     P.wait_for('RabbitMQ', lambda: P.port_open(L.HOST, L.PORTS['rabbit']),
                90, proc, lay.log('rabbitmq'))
     P.progress('RabbitMQ ready')
+
+
+def start_ceph(state: P.State) -> None:
+    """The ``ceph`` profile's cluster (:mod:`gate.ceph`): a monitor on
+    :data:`~.layout.CEPH_MON_PORT`, one OSD (memstore) and a manager
+    (Nova's rbd computes report their disk from its statistics); the
+    pools of Nova and Glance. Its daemons are the cloud's processes,
+    stopped by ``down`` after the computes."""
+    def spawn(name: str, argv: list[str],
+              env: dict[str, str]) -> subprocess.Popen[bytes]:
+        # The environment as ceph.py gives it: no venv's Python variables
+        # for ceph-mgr's embedded Python.
+        unset = [a for k in ceph.DROP_ENV if k in os.environ
+                 for a in ('-u', k)]
+        return P.spawn(state, name, ['env', *unset, *argv],
+                       env={k: env[k] for k in ('LC_ALL', 'LANG')})
+
+    cluster = ceph.start_ceph(
+        L.CEPH_POOL, timeout=120, mgr=True, base=state.layout.ceph_dir,
+        port=L.CEPH_MON_PORT, more_pools=(L.GLANCE_POOL,), spawn=spawn,
+        memstore_bytes=CEPH_BYTES)
+    P.progress('ceph up: monitor %s:%d, pools %s and %s' % (
+        cluster.mon_host, cluster.mon_port, L.CEPH_POOL, L.GLANCE_POOL))

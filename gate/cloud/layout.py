@@ -88,6 +88,32 @@ COMPUTES = (
     Compute('compute2', '127.0.0.12', False, 'flat', 'raw:flat', 'qcow2',
             '0ea7e1a1-0000-4000-8000-000000000012'),
 )
+#: The ``ceph`` profile: both computes share a one-node Ceph cluster
+#: (:mod:`gate.ceph`) with Glance. compute1 keeps stock's rbd disks and
+#: makes qcow2 images local overlays (``qcow2:qcow2``, files); compute2 has
+#: its rbd disks as volumes of an rbd storage pool. Stock: rbd on both.
+CEPH_COMPUTES = (
+    Compute('compute1', '127.0.0.11', False, 'rbd', 'qcow2:qcow2', 'rbd',
+            '0ea7e1a1-0000-4000-8000-000000000011'),
+    Compute('compute2', '127.0.0.12', True, 'rbd', '', 'rbd',
+            '0ea7e1a1-0000-4000-8000-000000000012'),
+)
+PROFILES = {'default': COMPUTES, 'ceph': CEPH_COMPUTES}
+DEFAULT_PROFILE = 'default'
+#: The Ceph cluster of the ``ceph`` profile: its monitor (msgr2), Nova's
+#: pool and Glance's.
+CEPH_MON_PORT = 3300
+CEPH_POOL = 'vms'
+GLANCE_POOL = 'images'
+
+
+def computes(profile: str = DEFAULT_PROFILE) -> tuple[Compute, ...]:
+    """The computes of a gate profile."""
+    try:
+        return PROFILES[profile]
+    except KeyError:
+        raise ValueError('unknown gate profile %r (profiles: %s)' % (
+            profile, ', '.join(PROFILES))) from None
 
 PLUGIN_DRIVER = 'imgtype.LibvirtDriver'
 STOCK_DRIVER = 'libvirt.LibvirtDriver'
@@ -151,6 +177,15 @@ class Layout:
     def libvirt_dir(self, host: str, sub: str = '') -> str:
         return os.path.join(self.path(host, 'libvirt'), sub) if sub else \
             self.path(host, 'libvirt')
+
+    @property
+    def ceph_dir(self) -> str:
+        return self.path('ceph')
+
+    @property
+    def ceph_conf(self) -> str:
+        """The ``ceph`` profile's ceph.conf (what every client reads)."""
+        return os.path.join(self.ceph_dir, 'ceph.conf')
 
     def libvirt_sock(self, host: str) -> str:
         """The compute's libvirtd socket, as seen from the host."""

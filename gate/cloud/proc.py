@@ -22,7 +22,10 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
 
+from gate.cloud.layout import DEFAULT_PROFILE
+from gate.cloud.layout import Compute
 from gate.cloud.layout import Layout
+from gate.cloud.layout import computes as computes_of
 
 # /proc as the real tier's daemons read it (pids, mount namespaces).
 from nova_imgtype.testing.procs import all_pids as all_pids
@@ -61,6 +64,16 @@ class State:
             'base': layout.base, 'procs': {}, 'namespaces': {},
             'created': []}
         self._lock = threading.Lock()
+
+    @property
+    def profile(self) -> str:
+        """The gate profile the cloud runs (:data:`.layout.PROFILES`)."""
+        return str(self.data.get('profile', DEFAULT_PROFILE))
+
+    @property
+    def computes(self) -> tuple[Compute, ...]:
+        """The computes of the cloud's profile."""
+        return computes_of(self.profile)
 
     @classmethod
     def load(cls, base: str) -> State:

@@ -95,7 +95,7 @@ def glance(state: P.State) -> None:
     for sub in ('images', 'staging', 'tasks', 'locks'):
         os.makedirs(os.path.join(d, sub), exist_ok=True)
     conf = os.path.join(d, 'glance-api.conf')
-    _write(conf, configs.glance_api_conf(lay.base))
+    _write(conf, configs.glance_api_conf(lay.base, state.profile))
     shutil.copy(os.path.join(L.venv(), 'etc', 'glance',
                              'glance-api-paste.ini'),
                 os.path.join(d, 'glance-api-paste.ini'))

@@ -22,9 +22,11 @@ from gate.cloud.infra import _write
 BASE_PREFIX = 'gate-'
 
 
-def check_free_ports() -> None:
+def check_free_ports(profile: str = L.DEFAULT_PROFILE) -> None:
     busy = [(name, port) for name, port in L.PORTS.items()
             if port and P.port_open(L.HOST, port)]
+    if profile == 'ceph' and P.port_open(L.HOST, L.CEPH_MON_PORT):
+        busy.append(('ceph-mon', L.CEPH_MON_PORT))
     busy += [(c.host + ' ' + what, port) for c in L.COMPUTES
              for what, port in (('ssh', L.SSH_PORT),
                                 ('libvirtd', L.LIBVIRT_PORT))
@@ -47,9 +49,9 @@ def up(state: P.State) -> dict[str, Any]:
     """Start everything; returns the content of ``cloud.json``."""
     t0 = time.monotonic()
     kvm = computes.kvm_usable()
-    P.progress('base %s; virt_type %s; 2 computes on %s'
-               % (state.layout.base, 'kvm' if kvm else 'qemu (no KVM)',
-                  L.PLUGIN_DRIVER))
+    P.progress('base %s; profile %s; virt_type %s; 2 computes on %s'
+               % (state.layout.base, state.profile,
+                  'kvm' if kvm else 'qemu (no KVM)', L.PLUGIN_DRIVER))
     with cf.ThreadPoolExecutor(max_workers=12) as pool:
         def task(fn: Callable[..., Any], *after: cf.Future[Any],
                  args: tuple[Any, ...] = ()) -> cf.Future[Any]:
@@ -65,19 +67,23 @@ def up(state: P.State) -> dict[str, Any]:
             keys = task(computes.prepare)
             stub = task(services.neutron_stub)
             hosts = [task(computes.start_host, keys, args=(c,))
-                     for c in L.COMPUTES]
+                     for c in state.computes]
             keystone = task(services.keystone, mysql)
             ids = task(lambda _s: identity.create_objects(), keystone)
             placement = task(services.placement, mysql)
-            glance = task(services.glance, mysql)
+            # Glance's store and the computes' disks are in Ceph there.
+            storage = ([task(infra.start_ceph)]
+                       if state.profile == 'ceph' else [])
+            glance = task(services.glance, mysql, *storage)
             novadb = task(services.nova_databases, mysql)
             rpc = task(services.nova_rpc_services, novadb, rabbit)
             api = task(services.nova_api, rpc)
             # nova-compute reports to placement at once: users first.
-            ncs = task(start_computes, rpc, ids, placement, *hosts)
+            ncs = task(start_computes, rpc, ids, placement, *hosts,
+                       *storage)
             for f in cf.as_completed([mysql, rabbit, keys, stub, *hosts,
-                                      keystone, ids, placement, glance,
-                                      novadb, rpc, api, ncs]):
+                                      *storage, keystone, ids, placement,
+                                      glance, novadb, rpc, api, ncs]):
                 f.result()
         except BaseException:
             pool.shutdown(wait=False, cancel_futures=True)
@@ -95,15 +101,16 @@ def up(state: P.State) -> dict[str, Any]:
 def start_computes(state: P.State) -> tuple[float, dict[str, Any]]:
     since = time.time()
     procs = {c.host: computes.start_nova_compute(state, c, L.PLUGIN_DRIVER)
-             for c in L.COMPUTES}
+             for c in state.computes}
     P.progress('nova-compute starting on %s'
-               % ', '.join(c.host for c in L.COMPUTES))
+               % ', '.join(c.host for c in state.computes))
     return since, procs
 
 
 def cloud_data(state: P.State, driver: str) -> dict[str, Any]:
-    return {
+    cloud: dict[str, Any] = {
         'base': state.layout.base,
+        'profile': state.profile,
         'auth_url': L.AUTH_URL,
         'region': L.REGION,
         'admin': dict(L.ADMIN),
@@ -117,6 +124,10 @@ def cloud_data(state: P.State, driver: str) -> dict[str, Any]:
         'openrc': state.layout.openrc,
         'state': state.layout.state,
     }
+    if state.profile == 'ceph':
+        cloud['ceph'] = {'conf': state.layout.ceph_conf,
+                         'pool': L.CEPH_POOL, 'glance_pool': L.GLANCE_POOL}
+    return cloud
 
 
 def write_cloud(state: P.State, cloud: dict[str, Any]) -> None:

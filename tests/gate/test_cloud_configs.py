@@ -143,3 +143,73 @@ def test_unix_sockets_fit_under_a_mkdtemp_base():
 def test_down_refuses_a_directory_that_is_no_gate_cloud(tmp_path):
     with pytest.raises(P.GateError):
         down.down(str(tmp_path))
+
+
+def test_every_profile_has_the_same_compute_hosts_and_addresses():
+    # The hosts file, ssh's client config and the port check name the
+    # computes by the default profile's list.
+    for profile in L.PROFILES:
+        assert [(c.host, c.ip, c.host_uuid) for c in L.computes(profile)] \
+            == [(c.host, c.ip, c.host_uuid) for c in L.COMPUTES]
+    with pytest.raises(ValueError, match="'cephfs'.*default, ceph"):
+        L.computes('cephfs')
+
+
+def test_the_ceph_profiles_computes_are_on_the_cluster():
+    conf = BASE + '/ceph/ceph.conf'
+    c1, c2 = L.computes('ceph')
+    one = parse(configs.nova_compute_conf(BASE, c1, L.PLUGIN_DRIVER, True))
+    two = parse(configs.nova_compute_conf(BASE, c2, L.PLUGIN_DRIVER, True))
+    assert (one['libvirt']['images_type'], one['libvirt']['use_storage_pools'],
+            one['libvirt']['images_type_mapping']) == ('rbd', 'False',
+                                                       'qcow2:qcow2')
+    assert (two['libvirt']['images_type'],
+            two['libvirt']['use_storage_pools']) == ('rbd', 'True')
+    for c in (c1, c2):
+        for driver in (L.PLUGIN_DRIVER, L.STOCK_DRIVER):
+            cp = parse(configs.nova_compute_conf(BASE, c, driver, True))
+            assert cp['libvirt']['images_type'] == 'rbd'
+            assert cp['libvirt']['images_rbd_pool'] == L.CEPH_POOL
+            assert cp['libvirt']['images_rbd_ceph_conf'] == conf
+            # No cephx: no user, no secret (stock gives libvirt no <auth>).
+            assert 'rbd_user' not in cp['libvirt']
+            assert 'rbd_secret_uuid' not in cp['libvirt']
+    # The default profile has nothing of Ceph.
+    for c in L.COMPUTES:
+        cp = parse(configs.nova_compute_conf(BASE, c, L.PLUGIN_DRIVER, True))
+        assert 'images_rbd_pool' not in cp['libvirt']
+
+
+def test_glance_keeps_images_in_files_or_in_the_ceph_profiles_pool():
+    fs = parse(configs.glance_api_conf(BASE))
+    assert fs['DEFAULT']['enabled_backends'] == 'fs:file'
+    assert 'show_image_direct_url' not in fs['DEFAULT']
+    assert fs['fs']['filesystem_store_datadir'] == BASE + '/glance/images'
+    rbd = parse(configs.glance_api_conf(BASE, 'ceph'))
+    assert rbd['DEFAULT']['enabled_backends'] == 'ceph:rbd'
+    # Stock's rbd computes clone an image they can locate in Ceph.
+    assert rbd['DEFAULT']['show_image_direct_url'] == 'True'
+    assert rbd['glance_store']['default_backend'] == 'ceph'
+    assert rbd['ceph']['rbd_store_pool'] == L.GLANCE_POOL
+    assert rbd['ceph']['rbd_store_ceph_conf'] == BASE + '/ceph/ceph.conf'
+    assert 'fs' not in rbd
+
+
+def test_cephs_daemons_stop_after_the_compute_hosts():
+    assert down._group('ceph-osd.0') > down._group('compute1-host')
+    assert down._group('ceph-mon.a') == down._group('mysqld')
+
+
+def test_the_ceph_profiles_cluster_is_on_loopback_without_cephx():
+    from gate import ceph
+    cluster = ceph.CephCluster(
+        base=BASE + '/ceph', conf=BASE + '/ceph/ceph.conf',
+        mon_host=ceph.MON_HOST, mon_port=L.CEPH_MON_PORT, fsid='f',
+        pool=L.CEPH_POOL)
+    cp = parse(ceph.ceph_conf(cluster, 64 << 30))
+    assert cp['global']['mon host'] == '[v2:127.0.0.1:%d]' % L.CEPH_MON_PORT
+    for key in ('auth cluster required', 'auth service required',
+                'auth client required'):
+        assert cp['global'][key] == 'none'
+    assert cp['global']['memstore device bytes'] == str(64 << 30)
+    assert cp['global']['mon data'] == BASE + '/ceph/mon'

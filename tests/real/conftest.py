@@ -21,8 +21,8 @@ from typing import Any
 import libvirt
 import pytest
 
+from gate import ceph
 from nova_imgtype.testing import libvirtd as fixtures
-from tests.real import ceph
 
 
 def _quiet_libvirt_error(_ctx: object, _err: object) -> None:
@@ -87,7 +87,7 @@ def libvirt_tmp_path(libvirt_daemon: fixtures.LibvirtDaemon,
 def ceph_cluster() -> Iterator[ceph.CephCluster]:
     """A throwaway one-node Ceph cluster (memstore, no auth) with an
     initialised rbd pool, stopped at the tier's end
-    (:mod:`tests.real.ceph`)."""
+    (:mod:`gate.ceph`)."""
     yield from ceph.ceph_cluster_fixture()
 
 

@@ -2,7 +2,7 @@
 
 The session's throwaway libvirtd (its rbd storage backend,
 ``libvirt-daemon-driver-storage-rbd``) against the cluster of
-:mod:`tests.real.ceph`; what libvirt did is checked with the ``rbd`` CLI,
+:mod:`gate.ceph`; what libvirt did is checked with the ``rbd`` CLI,
 data by checksum (``rbd export``). What libvirt 9.0 does not do for rbd
 pools is pinned down too: no volume upload/download, no copy from or to
 another pool's volume.
@@ -21,8 +21,8 @@ from collections.abc import Iterator
 import libvirt
 import pytest
 
+from gate import ceph
 from nova_imgtype.testing import libvirtd as real
-from tests.real import ceph
 
 MiB = 1024 * 1024
 SIZE = 16 * MiB

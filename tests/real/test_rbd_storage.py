@@ -1,7 +1,7 @@
 """Real: LibvirtStorage's rbd variant on the throwaway Ceph cluster.
 
 Real: the session's libvirtd with its rbd storage backend, the one-node Ceph
-cluster of :mod:`tests.real.ceph` (memstore, no cephx), qemu-img writing the
+cluster of :mod:`gate.ceph` (memstore, no cephx), qemu-img writing the
 template through qemu's rbd driver, the ``rbd`` CLI, and a domain booted
 from the ``<disk type='volume'>`` the backend generates. Fake: the image
 service (a local file served by IMAGE_API.get/download) and the driver's

@@ -1,7 +1,9 @@
-"""A throwaway one-node Ceph cluster for the real tier's rbd storage pools.
+"""A throwaway one-node Ceph cluster: the real tier's rbd storage pools and
+the gate's ``ceph`` profile (Glance, Nova's rbd disks).
 
 :func:`start_ceph` builds a fresh cluster in a short temporary directory
-(``/tmp/ncph-*``) from Debian's ``ceph-mon`` and ``ceph-osd``: one monitor
+(``/tmp/ncph-*``, or the directory it is given) from Debian's ``ceph-mon``
+and ``ceph-osd``: one monitor
 on a free loopback port (msgr2 only), one OSD on ``memstore`` (data in RAM,
 :data:`MEMSTORE_BYTES` at most), no authentication (``auth_*_required =
 none``: libvirt then needs no ``<auth>`` nor secret, see
@@ -14,6 +16,9 @@ Nothing outlives the test process: every daemon runs in the foreground,
 in its own session, with a parent-death signal (SIGKILL), and
 :meth:`CephCluster.stop` kills them all and removes the directory; the
 directories of killed test runs are removed by the next :func:`start_ceph`.
+The gate gives its own way of starting a daemon instead (``spawn``: its
+process record, which ``python -m gate.cloud down`` stops), a directory
+under the cloud's base and a fixed monitor port.
 """
 
 from __future__ import annotations
@@ -40,6 +45,9 @@ from xml.sax.saxutils import quoteattr
 from nova_imgtype.testing import procs
 
 StrPath = str | os.PathLike[str]
+#: Starts one daemon: (name such as ``ceph-mon.a``, argv, environment),
+#: returns its process; the caller records and stops it.
+Spawn = Callable[[str, list[str], dict[str, str]], 'subprocess.Popen[bytes]']
 
 BASE_DIR = '/tmp'
 BASE_PREFIX = 'ncph-'
@@ -57,7 +65,7 @@ LOG_TAIL_LINES = 40
 _PIDS = 'pids'
 _TOOLS = ('ceph-mon', 'ceph-osd', 'ceph', 'rbd', 'monmaptool')
 # The ceph CLI is a script of the system python: none of our venv's.
-_DROP_ENV = ('PYTHONPATH', 'PYTHONHOME', 'VIRTUAL_ENV')
+DROP_ENV = ('PYTHONPATH', 'PYTHONHOME', 'VIRTUAL_ENV')
 _PR_SET_PDEATHSIG = 1
 
 _CONF = """\
@@ -123,6 +131,8 @@ class CephCluster:
     keyring: str | None = None
     """Admin keyring: always None, the cluster runs without cephx."""
     stopped: bool = False
+    spawn: Spawn | None = None
+    """How daemons are started (None: here, dying with this process)."""
 
     def __enter__(self) -> CephCluster:
         return self
@@ -232,7 +242,7 @@ class CephCluster:
 
 
 def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _DROP_ENV}
+    env = {k: v for k, v in os.environ.items() if k not in DROP_ENV}
     env.update(LC_ALL='C', LANG='C')
     return env
 
@@ -372,13 +382,16 @@ class _Starter:
         c = self.cluster
         name = '%s.%s' % (kind, ident)
         out_path = os.path.join(c.base, 'log', '%s.out' % name)
-        with open(out_path, 'wb') as out:
-            proc = subprocess.Popen(
-                ['ceph-%s' % kind, '-f', '-c', c.conf, '-i', str(ident)],
-                stdin=subprocess.DEVNULL, stdout=out,
-                stderr=subprocess.STDOUT, env=_env(),
-                start_new_session=True,
-                preexec_fn=_die_with_parent(os.getpid()))
+        argv = ['ceph-%s' % kind, '-f', '-c', c.conf, '-i', str(ident)]
+        if c.spawn is not None:
+            proc = c.spawn('ceph-' + name, argv, _env())
+        else:
+            with open(out_path, 'wb') as out:
+                proc = subprocess.Popen(
+                    argv, stdin=subprocess.DEVNULL, stdout=out,
+                    stderr=subprocess.STDOUT, env=_env(),
+                    start_new_session=True,
+                    preexec_fn=_die_with_parent(os.getpid()))
         c.procs[name] = proc
         procs.write(os.path.join(c.base, _PIDS, name), '%d\n' % proc.pid)
 
@@ -398,7 +411,7 @@ class _Starter:
                 return
             time.sleep(min(0.5, self.remaining()))
 
-    def start(self, mgr: bool) -> None:
+    def start(self, mgr: bool, more_pools: Sequence[str] = ()) -> None:
         c = self.cluster
         mon_data = os.path.join(c.base, 'mon')
         monmap = os.path.join(c.base, 'monmap')
@@ -409,8 +422,9 @@ class _Starter:
                  'ceph-mon --mkfs')
         self.daemon('mon', MON_ID)
         # Pool creation only needs the monitor: it overlaps the OSD boot.
-        self.ceph('osd', 'pool', 'create', c.pool, str(PG_NUM),
-                  str(PG_NUM))
+        for pool in (c.pool, *more_pools):
+            self.ceph('osd', 'pool', 'create', pool, str(PG_NUM),
+                      str(PG_NUM))
         osd_uuid = str(uuid.uuid4())
         osd_id = self.ceph('osd', 'new', osd_uuid).strip()
         if osd_id != str(OSD_ID):
@@ -421,50 +435,68 @@ class _Starter:
         if mgr:
             self.daemon('mgr', MGR_ID)
         # Writes the pool's first objects: returns once its PGs are active.
-        left = self.remaining()
-        self.run(['rbd', '-c', c.conf, '--rados-osd-op-timeout',
-                  '%d' % max(1, left), 'pool', 'init', c.pool],
-                 'rbd pool init')
+        for pool in (c.pool, *more_pools):
+            left = self.remaining()
+            self.run(['rbd', '-c', c.conf, '--rados-osd-op-timeout',
+                      '%d' % max(1, left), 'pool', 'init', pool],
+                     'rbd pool init %s' % pool)
         if mgr:
             self.wait_for_stats()
 
 
 def start_ceph(pool: str = DEFAULT_POOL, timeout: float = STARTUP_TIMEOUT,
-               mgr: bool = False) -> CephCluster:
+               mgr: bool = False, base: str | None = None,
+               port: int | None = None, more_pools: Sequence[str] = (),
+               spawn: Spawn | None = None,
+               memstore_bytes: int = MEMSTORE_BYTES) -> CephCluster:
     """Start a throwaway one-node cluster with an initialised rbd pool.
 
     ``mgr``: also start a ``ceph-mgr`` and wait for its statistics (some
-    8 s more, ~300 MB), for pool capacity/usage figures. Raises
-    :class:`CephStartError` with the daemons' logs if the cluster is not
-    ready within ``timeout`` seconds.
+    8 s more, ~300 MB), for pool capacity/usage figures (``ceph df``, which
+    Nova's rbd computes report their disk from). ``base``: an empty
+    directory for it (made if missing) instead of a new ``/tmp/ncph-*``;
+    ``port``: the monitor's port instead of a free one; ``more_pools``:
+    rbd pools made besides ``pool``; ``spawn``: how its daemons are started
+    (see :data:`Spawn`); ``memstore_bytes``: the OSD's capacity (its data
+    is in memory, as written). Raises :class:`CephStartError` with the
+    daemons' logs if the cluster is not ready within ``timeout`` seconds.
     """
     tools = _TOOLS + (('ceph-mgr',) if mgr else ())
     missing = [t for t in tools if shutil.which(t) is None]
     if missing:
         raise CephStartError('not found: %s (see bindep.txt)'
                              % ', '.join(missing))
-    _remove_stale_bases()
-    base = tempfile.mkdtemp(prefix=BASE_PREFIX, dir=BASE_DIR)
+    if base is None:
+        _remove_stale_bases()
+        base = tempfile.mkdtemp(prefix=BASE_PREFIX, dir=BASE_DIR)
+    else:
+        os.makedirs(base, exist_ok=True)
     try:
         for sub in ('mon', 'osd', 'mgr', 'run', 'log', 'crash', _PIDS):
             os.mkdir(os.path.join(base, sub))
         cluster = CephCluster(
             base=base, conf=os.path.join(base, 'ceph.conf'),
-            mon_host=MON_HOST, mon_port=_free_port(MON_HOST),
-            fsid=str(uuid.uuid4()), pool=pool)
-        procs.write(cluster.conf, _CONF.format(
-            fsid=cluster.fsid, host=cluster.mon_host,
-            port=cluster.mon_port, base=base,
-            memstore_bytes=MEMSTORE_BYTES, pg_num=PG_NUM))
+            mon_host=MON_HOST,
+            mon_port=port if port is not None else _free_port(MON_HOST),
+            fsid=str(uuid.uuid4()), pool=pool, spawn=spawn)
+        procs.write(cluster.conf, ceph_conf(cluster, memstore_bytes))
     except BaseException:
         shutil.rmtree(base, ignore_errors=True)
         raise
     try:
-        _Starter(cluster, timeout).start(mgr)
+        _Starter(cluster, timeout).start(mgr, more_pools)
     except BaseException:
         cluster.stop()
         raise
     return cluster
+
+
+def ceph_conf(cluster: CephCluster,
+              memstore_bytes: int = MEMSTORE_BYTES) -> str:
+    """The cluster's ``ceph.conf``: what every daemon and client reads."""
+    return _CONF.format(
+        fsid=cluster.fsid, host=cluster.mon_host, port=cluster.mon_port,
+        base=cluster.base, memstore_bytes=memstore_bytes, pg_num=PG_NUM)
 
 
 def rbd_pool_xml(cluster: CephCluster,
