@@ -46,7 +46,7 @@ READS: Mapping[str, tuple[str, ...]] = {
     _DRIVER + 'rebuild': ('context', 'instance', 'image_meta',
                           'block_device_info'),
     _DRIVER + '_cleanup': ('instance', 'block_device_info',
-                           'cleanup_instance_disks'),
+                           'cleanup_instance_dir', 'cleanup_instance_disks'),
     _DRIVER + '_cleanup_resize': ('instance',),
     _DRIVER + 'delete_instance_files': ('instance',),
     _DRIVER + 'instance_on_disk': ('instance',),

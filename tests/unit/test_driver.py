@@ -723,3 +723,28 @@ def test_an_evacuation_of_an_instance_recorded_before_records_its_drive(
         drv.spawn(None, inst, meta, [], None, {})
     assert inst.system_metadata['imgtype_config_drive'] == 'local'
     assert inst.system_metadata['imgtype_backend'] == 'qcow2'
+
+
+@pytest.mark.parametrize('sysmeta,kept', [
+    # Local files (qcow2:qcow2 on an rbd host): its disks are in the
+    # directory.
+    ({'imgtype_backend': 'qcow2', 'imgtype_storage': 'legacy'}, True),
+    # In Ceph: stock's rule, the directory holds no disk.
+    ({'imgtype_backend': 'rbd', 'imgtype_storage': 'legacy'}, False),
+    # Not recorded: stock's (images_type, rbd).
+    ({}, False)])
+def test_rbd_hosts_directory_workaround_keeps_local_disks(
+        make_driver, conf, sysmeta, kept):
+    # A hard reboot (or an evacuation's, a reverted resize's clean-up)
+    # keeps the disks: stock's cleanup(destroy_disks=False). With
+    # ensure_libvirt_rbd_instance_dir_cleanup it removed the instance
+    # directory on an rbd host, whatever the instance's disks.
+    conf.config(ensure_libvirt_rbd_instance_dir_cleanup=True,
+                group='workarounds')
+    drv = make_driver(images_type='rbd', images_type_mapping='qcow2:qcow2',
+                      use_storage_pools=False)
+    inst = _instance(**sysmeta)
+    with mock.patch.object(STOCK, '_cleanup') as stock:
+        drv.cleanup(None, inst, [], destroy_disks=False)
+    assert stock.call_args.kwargs['cleanup_instance_dir'] is (not kept)
+    assert stock.call_args.kwargs['cleanup_instance_disks'] is False

@@ -243,6 +243,13 @@ class LibvirtDriver(driver_images.Images, driver_live.LiveMigration,
             record_mod.set_value(instance, SYSMETA_IMAGE, instance.image_ref)
         super().spawn(*args, **kwargs)
 
+    def _on_shared_block_storage(self, instance: objects.Instance) -> bool:
+        """Whether the instance's disks are shared block storage (in
+        Ceph), as its image backend says."""
+        with self.image_backend.scope(instance):
+            return bool(
+                self.image_backend.backend().is_shared_block_storage())
+
     def _create_configdrive(self, *args: Any, **kwargs: Any) -> None:
         """Stock's config drive; one the instance keeps as a file (see
         :mod:`.config_drive`) is put back where stock made it after stock
@@ -363,6 +370,15 @@ class LibvirtDriver(driver_images.Images, driver_live.LiveMigration,
                           {'backend': decision.backend, 'e': e},
                           instance=instance)
                 failed = e
+        if (call['cleanup_instance_dir'] and not cleanup_instance_disks and
+                CONF.libvirt.images_type == 'rbd' and
+                CONF.workarounds.ensure_libvirt_rbd_instance_dir_cleanup and
+                not self._on_shared_block_storage(instance)):
+            # Stock's workaround removes the instance directory whenever
+            # an rbd host keeps an instance's disks (a hard reboot, the
+            # clean-up of an evacuation or a reverted resize): they are in
+            # Ceph. This instance's disks are files of that directory.
+            args, kwargs = call.replaced(cleanup_instance_dir=False)
         # Stock's cleanup always runs (VIFs, volume connections, the
         # instance directory, the domain), whatever our storage says.
         with self.image_backend.scope(instance):
