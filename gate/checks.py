@@ -57,6 +57,7 @@ from collections.abc import Callable
 from collections.abc import Mapping
 from typing import Any
 
+from gate import check_ceph as ceph
 from gate import check_moves as moves
 from gate import checks_base as B
 from gate import image
@@ -186,13 +187,19 @@ CHECKS: dict[str, Callable[[B.Cloud, Any, Mapping[str, Any]], str]] = {
 }
 
 
+def checks_of(cloud: B.Cloud) -> Mapping[
+        str, Callable[[B.Cloud, Any, Mapping[str, Any]], str]]:
+    """The checks of the cloud's profile."""
+    return ceph.CHECKS if cloud.get('profile') == 'ceph' else CHECKS
+
+
 def run(cloud_path: str) -> list[dict[str, Any]]:
     """Every check, in order; their results (also ``<base>/checks.json``)."""
     cloud = tempest.load_cloud(cloud_path)
     res = tempest.prepare(cloud)
     conn = tempest.connect(cloud)
     results = []
-    for name, check in CHECKS.items():
+    for name, check in checks_of(cloud).items():
         start = time.monotonic()
         try:
             detail, status = check(cloud, conn, res), 'pass'

@@ -125,9 +125,14 @@ def disk(cloud: Cloud, server: Any,
             device, server.id))
     source = disk.find('source')
     assert source is not None
+    if disk.get('type') == 'network' and source.get('protocol') == 'rbd':
+        # An RBD image (the ceph profile), as qemu-img and qemu-io name it.
+        return c, _rbd_spec(cloud, source.get('name', '')), 'rbd', fmt
     if disk.get('type') == 'volume':
         path = run_cmd([*virsh, 'vol-path', '--pool', source.get('pool', ''),
                      source.get('volume', '')]).strip()
+        if not path.startswith('/'):        # a volume of an rbd pool
+            return c, _rbd_spec(cloud, path), 'volume', fmt
         return c, path, 'volume', fmt
     path = source.get('file', '')
     # A volume named by its path (a live-migrated guest, until its next
@@ -156,18 +161,37 @@ def record(server: Any) -> dict[str, str]:
         conn.close()
 
 
+def _rbd_spec(cloud: Cloud, name: str) -> str:
+    """``rbd:<pool>/<image>:conf=<ceph.conf>`` of an image of the ceph
+    profile's cluster (its ceph.conf is seen from every namespace)."""
+    return 'rbd:%s:conf=%s' % (name, cloud['ceph']['conf'])
+
+
 def config_drive(cloud: Cloud, server: Any) -> tuple[str, str]:
     """(path, sha256) of the server's config drive where it runs, an
     ISO 9660 image."""
     c, path, _kind, _fmt = disk(cloud, server, 'cdrom')
+    if path.startswith('rbd:'):
+        # In Ceph: its bytes as a local file of the compute's namespace.
+        local = '/tmp/gate-config-drive-%s' % server.id
+        run_cmd([*c['nsenter'], 'qemu-img', 'convert', '-U', '-f', 'raw',
+                 '-O', 'raw', path, local])
+        try:
+            return path, _iso_digest(c, server, local)
+        finally:
+            run_cmd([*c['nsenter'], 'rm', '-f', local])
+    return path, _iso_digest(c, server, path)
+
+
+def _iso_digest(c: Mapping[str, Any], server: Any, path: str) -> str:
+    """sha256 of the ISO 9660 image at ``path`` of compute ``c``."""
     # The volume descriptor's identifier, at byte 32769.
     magic = run_cmd([*c['nsenter'], 'dd', 'if=%s' % path, 'bs=1',
                      'skip=32769', 'count=5', 'status=none'])
     if magic != 'CD001':
         raise CheckFailed('the config drive %s of %s is no ISO 9660 image '
                           '(%r at 32769)' % (path, server.id, magic))
-    digest = run_cmd([*c['nsenter'], 'sha256sum', path]).split()[0]
-    return path, digest
+    return run_cmd([*c['nsenter'], 'sha256sum', path]).split()[0]
 
 
 def chain(c: Mapping[str, Any], path: str) -> list[dict[str, Any]]:

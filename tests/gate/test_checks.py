@@ -15,3 +15,17 @@ def test_cache_name_is_novas():
 def test_every_check_is_named_in_the_docstring():
     for name in checks.CHECKS:
         assert '``%s``' % name in str(checks.__doc__)
+
+
+def test_every_ceph_check_is_named_in_its_docstring():
+    from gate import check_ceph
+    for name in check_ceph.CHECKS:
+        assert '``%s``' % name in str(check_ceph.__doc__)
+
+
+def test_each_profile_runs_its_own_checks():
+    from gate import check_ceph
+    assert checks.checks_of({'profile': 'ceph'}) is check_ceph.CHECKS
+    assert checks.checks_of({'profile': 'default'}) is checks.CHECKS
+    # A cloud.json of before profiles were.
+    assert checks.checks_of({}) is checks.CHECKS

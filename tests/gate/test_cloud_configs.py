@@ -192,6 +192,7 @@ def test_glance_keeps_images_in_files_or_in_the_ceph_profiles_pool():
     assert rbd['glance_store']['default_backend'] == 'ceph'
     assert rbd['ceph']['rbd_store_pool'] == L.GLANCE_POOL
     assert rbd['ceph']['rbd_store_ceph_conf'] == BASE + '/ceph/ceph.conf'
+    assert rbd['ceph']['rbd_store_chunk_size'] == '1'
     assert 'fs' not in rbd
 
 
@@ -213,3 +214,14 @@ def test_the_ceph_profiles_cluster_is_on_loopback_without_cephx():
         assert cp['global'][key] == 'none'
     assert cp['global']['memstore device bytes'] == str(64 << 30)
     assert cp['global']['mon data'] == BASE + '/ceph/mon'
+
+
+def test_rbd_computes_remove_the_instance_directory_of_what_left():
+    for c in L.computes('ceph'):
+        cp = parse(configs.nova_compute_conf(BASE, c, L.STOCK_DRIVER, True))
+        assert cp['workarounds']['ensure_libvirt_rbd_instance_dir_cleanup'] \
+            == 'True'
+        assert cp['workarounds']['skip_cpu_compare_on_dest'] == 'True'
+    cp = parse(configs.nova_compute_conf(BASE, L.COMPUTES[0], L.STOCK_DRIVER,
+                                         True))
+    assert 'ensure_libvirt_rbd_instance_dir_cleanup' not in cp['workarounds']
