@@ -445,3 +445,27 @@ def test_the_same_ceph_pool_with_monitors_listed_otherwise_is_kept(
         'rbd:%s@ceph-mon-1.example:6789' % ceph_cluster.pool)
     assert decision.pool == pools.DISKS_POOL
     assert rbd_driver.image_backend.by_name(inst, 'disk').exists()
+
+
+def test_a_config_drive_is_imported_through_the_hosts_ceph_conf(
+        rbd_driver, raw_image, ceph_cluster, tmp_path):
+    """Stock imports a config drive into an rbd pool instance's storage;
+    it goes to the cluster ``images_rbd_ceph_conf`` names (there is no
+    /etc/ceph/ceph.conf here, as on a compute whose Ceph configuration is
+    elsewhere), whole, and the local copy is removed."""
+    assert not os.path.exists('/etc/ceph/ceph.conf')
+    image_id, _digest = raw_image
+    inst, _disk = _boot_disk(rbd_driver, image_id, 'raw')
+    drive = rbd_driver.image_backend.by_name(inst, 'disk.config', 'rbd')
+    local = str(tmp_path / 'disk.config')
+    data = b'config drive of %s' % inst.uuid.encode()
+    with open(local, 'wb') as f:
+        f.write(data)
+        f.truncate(MiB)
+    drive.import_file(inst, local, 'disk.config')
+    vol = pools.volume_name(inst.uuid, 'disk.config')
+    assert vol in ceph_cluster.images()
+    assert not [i for i in ceph_cluster.images() if '.part-' in i]
+    assert not os.path.exists(local)
+    assert _rbd_head_sha256(ceph_cluster, vol, len(data)) == (
+        hashlib.sha256(data).hexdigest())

@@ -86,12 +86,26 @@ class RbdStorage(storage.LibvirtStorage):
 
         @utils.synchronized(name, external=True, lock_path=self.lock_path)
         def upload() -> Any:
-            return self.pools.upload_rbd_template(
-                disks, name, base, base_format,
-                CONF.libvirt.images_rbd_ceph_conf, CONF.libvirt.rbd_user,
-                uploader=CONF.host)
+            return self._upload(disks, name, base, base_format)
 
         return upload()
+
+    def _upload(self, pool: Any, name: str, path: str, fmt: str) -> Any:
+        """The file at ``path`` as volume ``name`` of the rbd pool, written
+        through this host's Ceph configuration and user
+        (``images_rbd_ceph_conf``, ``rbd_user``), as stock's rbd backend
+        reaches the cluster."""
+        return self.pools.upload_rbd_template(
+            pool, name, path, fmt, CONF.libvirt.images_rbd_ceph_conf,
+            CONF.libvirt.rbd_user, uploader=CONF.host)
+
+    def import_file(self, instance: Any, local_file: str,
+                    remote_name: str) -> None:
+        """Import a local file (a config drive) as this volume: uploaded
+        as templates are (libvirt uploads nothing into an rbd pool), then
+        the local copy removed, as stock's rbd backend does."""
+        self._upload(self._pool, self.volume_name, local_file, 'raw')
+        os.unlink(local_file)
 
     # Resize snapshots, as stock's Rbd takes them: the compute manager's
     # finish_migration snapshots the root disk before it is resized
