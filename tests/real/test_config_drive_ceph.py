@@ -18,6 +18,7 @@ database), its save (no database), Nova's product and version strings
 (LibvirtFixture: there is no domain to undefine).
 """
 
+import contextlib
 import os
 import uuid
 from unittest import mock
@@ -51,6 +52,21 @@ class _Metadata:
                ('{"uuid": "%s"}' % self.uuid).encode())
 
 
+@contextlib.contextmanager
+def config_drive_fakes():
+    """What stock's config drive step reads that is not here: the
+    instance's metadata, its device metadata, Nova's version strings."""
+    with mock.patch.object(instance_metadata, 'InstanceMetadata',
+                           _Metadata), \
+            mock.patch.object(stock_driver.LibvirtDriver,
+                              '_build_device_metadata', return_value=None), \
+            mock.patch.object(version, 'product_string',
+                              return_value='OpenStack Compute'), \
+            mock.patch.object(version, 'version_string_with_package',
+                              return_value='34'):
+        yield
+
+
 @pytest.fixture
 def rbd_hosts(driver, conf, ceph_cluster, tmp_path):  # noqa: F811
     """Two rbd hosts without storage pools, qcow2 images mapped to qcow2,
@@ -66,14 +82,7 @@ def rbd_hosts(driver, conf, ceph_cluster, tmp_path):  # noqa: F811
     def use(host):
         conf.config(host=host, instances_path=paths[host])
 
-    with mock.patch.object(instance_metadata, 'InstanceMetadata',
-                           _Metadata), \
-            mock.patch.object(stock_driver.LibvirtDriver,
-                              '_build_device_metadata', return_value=None), \
-            mock.patch.object(version, 'product_string',
-                              return_value='OpenStack Compute'), \
-            mock.patch.object(version, 'version_string_with_package',
-                              return_value='34'):
+    with config_drive_fakes():
         yield drv, use, paths
     ceph_cluster.purge()
 
@@ -191,14 +200,7 @@ def test_a_config_drive_file_is_raw_whatever_the_guest_wrote_in_it(
     qcow2, on any host."""
     drv = driver(images_type='qcow2', images_type_mapping='raw:flat')
     inst = _instance(drv)
-    with mock.patch.object(instance_metadata, 'InstanceMetadata',
-                           _Metadata), \
-            mock.patch.object(stock_driver.LibvirtDriver,
-                              '_build_device_metadata', return_value=None), \
-            mock.patch.object(version, 'product_string',
-                              return_value='OpenStack Compute'), \
-            mock.patch.object(version, 'version_string_with_package',
-                              return_value='34'):
+    with config_drive_fakes():
         # Spawn's guest XML is written before the drive is made.
         first = drv._get_guest_disk_config(
             inst, 'disk.config', DISK_MAPPING, inst.flavor,

@@ -19,6 +19,7 @@ from unittest import mock
 import libvirt
 import pytest
 from lxml import etree
+from nova import context as nova_context
 from nova import objects
 from nova.virt.libvirt import driver as stock_driver
 from nova.virt.libvirt import utils as libvirt_utils
@@ -29,6 +30,7 @@ from nova_imgtype.testing import libvirtd as real
 from nova_imgtype.virt.libvirt import pools
 from nova_imgtype.virt.libvirt import storage
 from nova_imgtype.virt.libvirt import storage_rbd
+from tests.real.test_config_drive_ceph import config_drive_fakes
 from tests.real.test_libvirt_storage import _boot_disk
 from tests.real.test_libvirt_storage import _guest_xml
 from tests.real.test_libvirt_storage import pool_driver  # noqa: F401
@@ -448,24 +450,33 @@ def test_the_same_ceph_pool_with_monitors_listed_otherwise_is_kept(
 
 
 def test_a_config_drive_is_imported_through_the_hosts_ceph_conf(
-        rbd_driver, raw_image, ceph_cluster, tmp_path):
-    """Stock imports a config drive into an rbd pool instance's storage;
-    it goes to the cluster ``images_rbd_ceph_conf`` names (there is no
+        rbd_driver, raw_image, ceph_cluster):
+    """Stock's config drive step for an instance on the rbd pool: the
+    drive goes to the cluster ``images_rbd_ceph_conf`` names (there is no
     /etc/ceph/ceph.conf here, as on a compute whose Ceph configuration is
-    elsewhere), whole, and the local copy is removed."""
+    elsewhere), whole, and stock removes the local copy (once)."""
     assert not os.path.exists('/etc/ceph/ceph.conf')
     image_id, _digest = raw_image
     inst, _disk = _boot_disk(rbd_driver, image_id, 'raw')
-    drive = rbd_driver.image_backend.by_name(inst, 'disk.config', 'rbd')
-    local = str(tmp_path / 'disk.config')
-    data = b'config drive of %s' % inst.uuid.encode()
-    with open(local, 'wb') as f:
-        f.write(data)
-        f.truncate(MiB)
-    drive.import_file(inst, local, 'disk.config')
+    inst.config_drive = 'True'
+    inst.flavor = objects.Flavor(extra_specs={})
+    inst.metadata = {}
+    local = os.path.join(libvirt_utils.get_instance_path(inst),
+                         'disk.config')
+    os.makedirs(os.path.dirname(local), exist_ok=True)   # _create_image's
+    with config_drive_fakes():
+        rbd_driver._create_configdrive(
+            nova_context.get_admin_context(), inst,
+            stock_driver.InjectionInfo(network_info=[], files=[],
+                                       admin_pass=None))
     vol = pools.volume_name(inst.uuid, 'disk.config')
     assert vol in ceph_cluster.images()
     assert not [i for i in ceph_cluster.images() if '.part-' in i]
     assert not os.path.exists(local)
-    assert _rbd_head_sha256(ceph_cluster, vol, len(data)) == (
-        hashlib.sha256(data).hexdigest())
+    # The drive (an ISO 9660 image) holds the instance's metadata.
+    data = subprocess.run(
+        ['rbd', '-c', ceph_cluster.conf, 'export', '--no-progress',
+         ceph_cluster.image_spec(vol), '-'],
+        check=True, capture_output=True).stdout
+    assert data[32769:32774] == b'CD001'
+    assert inst.uuid.encode() in data

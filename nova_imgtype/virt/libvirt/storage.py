@@ -161,11 +161,18 @@ class LibvirtStorage(sizes.InProcessSizes, imagebackend.Image):
                     remote_name: str) -> None:
         """Import a local file (a config drive) as this volume.
 
-        Like stock's rbd backend, the local copy is removed once imported:
-        the volume is the disk.
+        The local copy is removed once imported: the volume is the disk.
         """
         self.pools.import_file(self._pool, self.volume_name, local_file)
-        os.unlink(local_file)
+        self._remove_imported(local_file)
+
+    @staticmethod
+    def _remove_imported(local_file: str) -> None:
+        """Remove the local copy of an imported file, unless stock does:
+        on a host whose ``images_type`` is rbd its config drive step
+        removes it after any import."""
+        if CONF.libvirt.images_type != 'rbd':
+            os.unlink(local_file)
 
     def resize_image(self, size: int) -> None:
         """Grow the volume to ``size``; nothing to ask libvirt when this

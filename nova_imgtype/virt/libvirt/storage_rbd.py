@@ -103,9 +103,9 @@ class RbdStorage(storage.LibvirtStorage):
                     remote_name: str) -> None:
         """Import a local file (a config drive) as this volume: uploaded
         as templates are (libvirt uploads nothing into an rbd pool), then
-        the local copy removed, as stock's rbd backend does."""
+        the local copy removed."""
         self._upload(self._pool, self.volume_name, local_file, 'raw')
-        os.unlink(local_file)
+        self._remove_imported(local_file)
 
     # Resize snapshots, as stock's Rbd takes them: the compute manager's
     # finish_migration snapshots the root disk before it is resized
