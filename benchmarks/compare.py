@@ -11,10 +11,11 @@ patch of the machine falls on both. Stock's rows run the same stock code
 on both sides: their ratio is the run's own noise, shown next to the
 plugin's.
 
-Writes ``results/compare.{md,json}``; exits 1 when a plugin figure is more
-than ``LIMIT`` slower than the base's (after/before above 1 + LIMIT), so it
-can be a check. The profile benchmark is compared by its total per disk
-only (its steps are a breakdown of it).
+Writes ``results/compare.{md,json}`` (``--output NAME``: ``NAME.*``);
+exits 1 when a plugin figure is more than ``LIMIT`` slower than the
+base's (after/before above 1 + LIMIT), so it can be a check. The
+profile benchmark is compared by its total per disk only (its steps are
+a breakdown of it).
 """
 
 from __future__ import annotations
@@ -194,6 +195,8 @@ def main(argv: list[str]) -> int:
                         help='the commit whose figures are "now"')
     parser.add_argument('--rounds', type=int, default=1,
                         help='runs of each benchmark on each side')
+    parser.add_argument('--output', default='compare', metavar='NAME',
+                        help='results/NAME.{md,json} (default: compare)')
     args = parser.parse_args(argv)
     names = args.names or list(NAMES)
     unknown = sorted(set(names) - set(NAMES))
@@ -230,12 +233,12 @@ def main(argv: list[str]) -> int:
         timespec='seconds')
     results = os.path.join(HERE, 'results')
     os.makedirs(results, exist_ok=True)
-    with open(os.path.join(results, 'compare.json'), 'w') as f:
+    with open(os.path.join(results, args.output + '.json'), 'w') as f:
         json.dump({'machine': info, 'base': base, 'head': head,
                    'rounds': args.rounds, 'limit': LIMIT, 'rows': rows},
                   f, indent=2)
     md = to_markdown(rows, base[:7], head[:7], args.rounds, info)
-    with open(os.path.join(results, 'compare.md'), 'w') as f:
+    with open(os.path.join(results, args.output + '.md'), 'w') as f:
         f.write(md)
     sys.stdout.write(md)
     return 1 if any(r['slower'] for r in rows) else 0
