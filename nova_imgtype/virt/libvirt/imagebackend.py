@@ -126,21 +126,13 @@ class Backend(imagebackend.Backend):
         decision = self._resolver.decision_for(instance)
         if self._follows_instance(name, image_type):
             if decision.storage == resolver_mod.POOLS:
-                return self._storage_class(decision.pool)(
-                    instance=instance, disk_name=name,
-                    disk_info_mapping=disk_info_mapping, pools=self.pools,
-                    volume_format=decision.volume_format(
-                        os.path.basename(name)),
-                    pool_name=decision.pool)
+                return self._volume(instance, name, disk_info_mapping,
+                                    decision)
             image_type = decision.backend
         elif decision.storage == resolver_mod.POOLS:
             if self._raw_volume_on_pool(name, decision.pool):
-                return self._storage_class(decision.pool)(
-                    instance=instance, disk_name=name,
-                    disk_info_mapping=disk_info_mapping, pools=self.pools,
-                    volume_format=decision.volume_format(
-                        os.path.basename(name)),
-                    pool_name=decision.pool)
+                return self._volume(instance, name, disk_info_mapping,
+                                    decision)
         elif self._local_config_drive(name, image_type, decision):
             return config_drive.LocalConfigDrive(
                 instance=instance, disk_name=name,
@@ -148,6 +140,18 @@ class Backend(imagebackend.Backend):
         return self.backend(image_type)(
             instance=instance, disk_name=name,
             disk_info_mapping=disk_info_mapping)
+
+    def _volume(self, instance: objects.Instance, name: str,
+                disk_info_mapping: Any,
+                decision: resolver_mod.BackendDecision
+                ) -> storage.LibvirtStorage:
+        """Disk ``name`` of a pool instance: a volume of its pool, in the
+        format its record gives that disk."""
+        return self._storage_class(decision.pool)(
+            instance=instance, disk_name=name,
+            disk_info_mapping=disk_info_mapping, pools=self.pools,
+            volume_format=decision.volume_format(os.path.basename(name)),
+            pool_name=decision.pool)
 
     def _raw_volume_on_pool(self, name: str, pool: str) -> bool:
         """Whether a stock-typed disk of a pool instance is a volume."""
