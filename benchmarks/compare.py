@@ -158,12 +158,13 @@ def export(rev: str, into: str) -> str:
         ['git', '-C', ROOT, 'rev-parse', '--verify', rev + '^{commit}'],
         check=True, capture_output=True, text=True).stdout.strip()
     os.makedirs(into)
-    archive = subprocess.Popen(['git', '-C', ROOT, 'archive', commit],
-                               stdout=subprocess.PIPE)
-    subprocess.run(['tar', '-x', '-C', into], stdin=archive.stdout,
+    # Through a file, not a pipe between the two: under eventlet (Nova 33)
+    # a pipe's end handed to another process is non-blocking.
+    tar = os.path.join(into, '.export.tar')
+    subprocess.run(['git', '-C', ROOT, 'archive', '-o', tar, commit],
                    check=True)
-    if archive.wait() != 0:
-        raise RuntimeError('git archive %s failed' % rev)
+    subprocess.run(['tar', '-x', '-f', tar, '-C', into], check=True)
+    os.unlink(tar)
     # Start from no results: each round's are its own.
     shutil.rmtree(os.path.join(into, 'benchmarks', 'results'),
                   ignore_errors=True)
