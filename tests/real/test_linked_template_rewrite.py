@@ -342,3 +342,38 @@ def test_a_rewritten_linked_qcow2_template_starts_no_guest_through_it(
     _restore(device, original)
     drv._check_linked_root_template(inst)
     assert MARKER not in _guest_data(disk.path, 'qcow2', tmp_path)
+
+
+@pytest.mark.parametrize('deep', [True, False], ids=['deep', 'no-deep'])
+def test_a_link_records_the_inspectors_reading_reading_the_volume_once(
+        driver, conf, serve, tmp_path, brick_in_process,  # noqa: F811
+        monkeypatch, deep):
+    """What each use compares with is what Nova's inspector reads in the
+    volume; with the deep inspection the link takes it from that
+    inspection (one read of the volume's content at linking, one at the
+    check before the first use), without it the link reads it."""
+    from nova.virt import images
+
+    from nova_imgtype.virt.libvirt import sizes
+
+    conf.config(disable_deep_image_inspection=not deep, group='workarounds')
+    device, chunks, svc, drv, _cinder = _linked_volume(
+        driver, conf, serve, tmp_path, images_type='qcow2')
+    reads = []
+    get_image_format = images.get_image_format
+
+    def counted(path, *args, **kwargs):
+        reads.append(path)
+        return get_image_format(path, *args, **kwargs)
+
+    monkeypatch.setattr(images, 'get_image_format', counted)
+    disk = _root_disk(drv, _instance(drv, svc.image_id, 'raw'),
+                      svc.image_id)
+    monkeypatch.setattr(images, 'get_image_format', get_image_format)
+
+    state = drv._template_handler.linked(_template(conf))
+    assert state[volume_linking.INSPECTED] == sizes.template_format(
+        images.get_image_format(device)) == 'raw'
+    assert [os.path.realpath(p) for p in reads] == [device, device]
+    assert real.sha256_of_guest_data(disk.path, 'qcow2') == (
+        real.sha256_of_chunks(64 * MiB, chunks))

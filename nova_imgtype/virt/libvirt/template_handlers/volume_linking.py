@@ -65,6 +65,9 @@ _OWNER_NS = uuid.UUID('8f7c0b1e-2c4a-4d7e-9a51-6b0f3c9e2d11')
 #: The format Nova's format inspector read in a template when it was
 #: linked, recorded with it.
 INSPECTED = 'inspected_format'
+#: Image formats whose content stock's deep inspection does not compare
+#: with the inspector's verdict (``nova.virt.images``' AMI formats).
+_UNCOMPARED_FORMATS = ('ami', 'aki', 'ari')
 #: Cinder's first microversion with attachment modes (``mode='ro'``).
 READ_ONLY_MICROVERSION = '3.54'
 
@@ -319,8 +322,8 @@ class VolumeLinkingTemplateImageHandler(base.BaseTemplateImageHandler):
                     'image_id': image_id, 'volume_id': volume_id,
                     'attachment_id': attachment['id'],
                     'connection_info': info, 'device_path': device,
-                    'format': fmt, INSPECTED: sizes.template_format(
-                        images.get_image_format(device))})
+                    'format': fmt,
+                    INSPECTED: _inspector_reading(meta, device, fmt)})
                 self.volume_api.attachment_complete(context,
                                                     attachment['id'])
             except Exception:
@@ -435,6 +438,24 @@ def check_copy(target: str, copy: str) -> None:
     state = linked_state(target)
     _check_content(target, copy, state,
                    _inspected(state) if state is not None else None)
+
+
+def _inspector_reading(meta: dict[str, Any], device: str, fmt: str) -> str:
+    """What Nova's format inspector reads in ``device``, just accepted in
+    ``fmt`` (:func:`.inspection.inspect`): what every use compares with.
+
+    When the deep inspection made the check, that is ``fmt`` itself:
+    :func:`.inspection.inspect` refuses a device whose format as qemu-img
+    reads it differs from the inspector's verdict, and that verdict names
+    a GPT or ISO 9660 raw disk raw, as :func:`sizes.template_format` does.
+    Without it (``[workarounds]disable_deep_image_inspection``), or for an
+    AMI-style image whose inspector's verdict stock does not compare, the
+    inspector reads the device.
+    """
+    if (not CONF.workarounds.disable_deep_image_inspection and
+            meta.get('disk_format') not in _UNCOMPARED_FORMATS):
+        return fmt
+    return sizes.template_format(images.get_image_format(device))
 
 
 def _inspected(state: dict[str, Any]) -> str:
