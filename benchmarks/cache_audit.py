@@ -47,6 +47,7 @@ from nova.virt import fake
 from nova.virt.libvirt import imagecache as nova_imagecache
 from oslo_config import fixture as config_fixture
 
+from benchmarks import sampling
 from nova_imgtype.testing import libvirtd as real
 from nova_imgtype.virt.libvirt import driver as imgtype_driver
 from nova_imgtype.virt.libvirt import imagecache
@@ -192,9 +193,10 @@ def _measure(drv: Any, instances: str,
         setup = time.perf_counter() - setup
         assert len(disks_pool.listAllVolumes(0)) == n
         times: dict[str, list[float]] = {'stock': [], 'plugin': []}
-        for run in range(max(RUNS['stock'][n], RUNS['plugin'][n])):
+        while any(sampling.more(times[config], RUNS[config][n])
+                  for config in managers):
             for config, mgr in managers.items():
-                if run >= RUNS[config][n]:
+                if not sampling.more(times[config], RUNS[config][n]):
                     continue
                 elapsed, in_use = _audit(mgr, base, names[config])
                 times[config].append(elapsed)
