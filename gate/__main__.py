@@ -18,7 +18,11 @@
 
 The cloud is taken down at the end, on failure and on Ctrl-C/SIGTERM too,
 unless ``--keep`` (then it prints how to use and stop it).
-``--skip-tempest`` runs the checks only.
+``--skip-tempest`` runs the checks only. ``--profile ceph`` (``make gate
+PROFILE=ceph``) runs the same steps on the ``ceph`` profile's cloud (both
+computes and Glance on one Ceph cluster, :mod:`gate.cloud.layout`) with
+its checks (:mod:`gate.check_ceph`), its results in
+``gate/results/ceph/``.
 """
 
 from __future__ import annotations
@@ -90,7 +94,8 @@ def _boot_times(state: P.State,
 
 def judge(state: P.State, skip_tempest: bool = False,
           boot_times: bool = False) -> int:
-    """Steps 2 to 5 on a running cloud; 0 when the gate passes."""
+    """Steps 2 to 5 on a running cloud (of the profile it was started
+    with); 0 when the gate passes."""
     cloud_path = state.layout.cloud_json
     check_results = checks.run(cloud_path)
     checks_path = state.layout.path('checks.json')
@@ -107,7 +112,8 @@ def judge(state: P.State, skip_tempest: bool = False,
         _switch(state, L.STOCK_DRIVER)
     stock = tempest.run(cloud_path, 'stock')
     md_path, json_path, cmp = results.write(
-        stock, plugin, checks_path=checks_path, timing=compared)
+        stock, plugin, out_dir=results.out_dir(state.profile),
+        checks_path=checks_path, timing=compared)
     with open(md_path) as f:
         print(f.read().split('\n## Per test')[0])
     print('gate results: %s, %s' % (md_path, json_path))
@@ -122,12 +128,15 @@ def main(argv: list[str] | None = None) -> int:
                    help='leave the cloud running at the end')
     p.add_argument('--skip-tempest', action='store_true',
                    help='run the gate checks only')
+    p.add_argument('--profile', choices=sorted(L.PROFILES),
+                   default=L.DEFAULT_PROFILE,
+                   help='the cloud to judge (default: %(default)s)')
     p.add_argument('--timing', action='store_true',
                    help='measure the boot times on both drivers too '
                         '(about 7 more minutes)')
     args = p.parse_args(argv)
     try:
-        state, cloud = cloud_cli.start()
+        state, cloud = cloud_cli.start(profile=args.profile)
     except P.GateError as e:
         print('gate: %s' % e, file=sys.stderr)
         return 1

@@ -38,10 +38,19 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
 
+from gate.cloud import layout as L
 from gate.timing import render_md as timing_md
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT_DIR = os.path.join(HERE, 'results')
+
+
+def out_dir(profile: str) -> str:
+    """Where a gate of ``profile`` writes its results: ``gate/results``
+    for the default profile, ``gate/results/<profile>`` for another."""
+    if profile == L.DEFAULT_PROFILE:
+        return OUT_DIR
+    return os.path.join(OUT_DIR, profile)
 MIN_PASSED = 450
 UPSTREAM_PREFIX = 'tempest.'
 _ABSENT = {'status': 'missing', 'duration': 0.0,

@@ -8,6 +8,11 @@ differential tempest runs (the selection and the project's scenarios on the
 plugin's computes, the selection on stock's), the results in
 ``gate/results/latest.{md,json}``, and all of it stopped and removed.
 
+Once per gate profile ``GATE_PROFILES`` names (``make test
+GATE_PROFILES=default,ceph``; the default profile alone by default): the
+``ceph`` profile's cloud has both computes and Glance on one Ceph cluster,
+and its own checks (:mod:`gate.check_ceph`) and results directory.
+
 Needs root, as ``make test`` does to install what it runs.
 """
 
@@ -21,32 +26,41 @@ import sys
 import pytest
 
 from gate import checks
+from gate import results as gate_results
 from gate.cloud import layout
 from gate.cloud import up
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
+PROFILES = [p for p in os.environ.get(
+    'GATE_PROFILES', layout.DEFAULT_PROFILE).split(',') if p]
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason='the gate cloud needs root')
 # The whole gate takes about 20 minutes on 2 cores: the project's 900 s
 # per-test limit would stop it.
 @pytest.mark.timeout(2400)
-def test_real_cloud_passes_the_gate():
+@pytest.mark.parametrize('profile', PROFILES)
+def test_real_cloud_passes_the_gate(profile):
+    assert profile in layout.PROFILES, (
+        'GATE_PROFILES names %r; profiles: %s' % (
+            profile, ', '.join(layout.PROFILES)))
     # A cloud left by an earlier, interrupted run is not this run's to judge.
     before = set(_clouds())
     started = datetime.datetime.now(datetime.UTC).replace(
         microsecond=0)
     proc = subprocess.run(
-        [sys.executable, '-m', 'gate'], cwd=ROOT,
+        [sys.executable, '-m', 'gate', '--profile', profile], cwd=ROOT,
         capture_output=True, text=True, timeout=2400, check=False)
     out = proc.stdout + proc.stderr
     said = dict(re.findall(r'^\[check\] (\S+)\s+(\w+)', proc.stdout,
                            re.MULTILINE))
-    assert said == {name: 'pass' for name in checks.CHECKS}, out[-6000:]
+    assert said == {name: 'pass' for name in checks.checks_of(
+        {'profile': profile})}, out[-6000:]
     assert proc.returncode == 0, out[-6000:]
     assert 'cloud up in' in out
-    with open(os.path.join(ROOT, 'gate', 'results', 'latest.json')) as f:
+    with open(os.path.join(gate_results.out_dir(profile),
+                           'latest.json')) as f:
         results = json.load(f)
     summary = results['summary']
     # Written by this run, not the committed one.
@@ -62,8 +76,14 @@ def test_real_cloud_passes_the_gate():
     assert results['timing'] is None
     assert '[timing]' not in out
     # Everything it started is gone: no compute's sshd or libvirtd answers.
-    for c in layout.COMPUTES:
+    for c in layout.computes(profile):
         probe = subprocess.run(['ss', '-Hltn', 'src', c.ip],
+                               capture_output=True, text=True, check=False)
+        assert probe.stdout.strip() == '', probe.stdout
+    if profile == 'ceph':
+        # Nor the cluster's monitor.
+        probe = subprocess.run(['ss', '-Hltn', 'sport', '= :%d'
+                                % layout.CEPH_MON_PORT],
                                capture_output=True, text=True, check=False)
         assert probe.stdout.strip() == '', probe.stdout
     assert set(_clouds()) <= before

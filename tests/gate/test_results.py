@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 
 from gate import results
@@ -152,3 +153,10 @@ def test_own_tests_must_pass_and_stock_failures_are_flagged() -> None:
     stock = _run('stock', {own: S, upstream: P, 'tempest.x': P})
     plugin = _run('plugin', {own: P, upstream: P, 'tempest.x': P})
     assert results.compare(stock, plugin, min_passed=1)['summary']['ok']
+
+
+def test_each_profile_has_its_own_results() -> None:
+    # The default gate's results are where they always were; the ceph
+    # profile's beside them, each with its own history.
+    assert results.out_dir('default') == results.OUT_DIR
+    assert results.out_dir('ceph') == os.path.join(results.OUT_DIR, 'ceph')

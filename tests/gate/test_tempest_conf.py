@@ -66,6 +66,22 @@ def test_sections_render_and_parse_back() -> None:
         'image_type_scheduling'] == 'True'
 
 
+def test_the_ceph_profile_live_migrates_without_block_migration() -> None:
+    # Both computes' root disks are RBD images of one cluster there: a
+    # block migration of a shared disk is refused by stock's checks.
+    def feats(cloud: dict[str, object]) -> configparser.SectionProxy:
+        parsed = configparser.RawConfigParser()
+        parsed.read_string(tempest_conf.render_conf(
+            tempest_conf.tempest_sections(cloud, RES, [], True, [])))
+        return parsed['compute-feature-enabled']
+
+    ceph = feats(dict(CLOUD, profile='ceph'))
+    assert ceph['block_migration_for_live_migration'] == 'False'
+    assert ceph['live_migration'] == 'True'
+    assert feats(dict(CLOUD, profile='default'))[
+        'block_migration_for_live_migration'] == 'True'
+
+
 def test_imgtype_options_exist_in_the_plugin() -> None:
     from nova_imgtype.tempest import config as imgtype_config
     sections = tempest_conf.tempest_sections(CLOUD, RES, [], False, [])
