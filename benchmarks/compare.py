@@ -121,8 +121,7 @@ def _stock_key(k: Key) -> bool:
 
 
 def to_markdown(rows: list[Row], base: str, head: str, rounds: int,
-                info: dict[str, str], limit: float = LIMIT,
-                own_harness: bool = False) -> str:
+                info: dict[str, str], limit: float = LIMIT) -> str:
     slower = [r for r in rows if r['slower']]
     lines = [
         '# nova-imgtype benchmarks: %s against %s' % (head, base), '',
@@ -133,11 +132,8 @@ def to_markdown(rows: list[Row], base: str, head: str, rounds: int,
         'a figure is the median of its rounds\' medians. `after/before` '
         'above %.2f for a plugin row is **slower**. Stock\'s rows run the '
         'same code on both sides: `stock drift` (the median of their '
-        'after/before in that benchmark) is the run\'s own noise. %s'
-        % (base, base, head, rounds, rounds, 1 + limit,
-           'Each commit is measured by its own `benchmarks`.' if own_harness
-           else 'Both are measured by %s\'s `benchmarks` (its runs and '
-           'checks): only the plugin differs.' % head), '',
+        'after/before in that benchmark) is the run\'s own noise.'
+        % (base, base, head, rounds, rounds, 1 + limit), '',
         '%d figures compared, %d of the plugin\'s slower than before.'
         % (len(rows), len(slower)), '']
     label = None
@@ -156,32 +152,19 @@ def to_markdown(rows: list[Row], base: str, head: str, rounds: int,
     return '\n'.join(lines) + '\n'
 
 
-def commit_of(rev: str) -> str:
-    """The full commit id of ``rev``."""
-    return subprocess.run(
+def export(rev: str, into: str) -> str:
+    """``rev``'s tree in ``into``; its full commit id."""
+    commit = subprocess.run(
         ['git', '-C', ROOT, 'rev-parse', '--verify', rev + '^{commit}'],
         check=True, capture_output=True, text=True).stdout.strip()
-
-
-def _extract(commit: str, into: str, *paths: str) -> None:
+    os.makedirs(into)
     # Through a file, not a pipe between the two: under eventlet (Nova 33)
     # a pipe's end handed to another process is non-blocking.
     tar = os.path.join(into, '.export.tar')
-    subprocess.run(['git', '-C', ROOT, 'archive', '-o', tar, commit,
-                    *paths], check=True)
+    subprocess.run(['git', '-C', ROOT, 'archive', '-o', tar, commit],
+                   check=True)
     subprocess.run(['tar', '-x', '-f', tar, '-C', into], check=True)
     os.unlink(tar)
-
-
-def export(rev: str, into: str, harness: str | None = None) -> str:
-    """``rev``'s tree in ``into``, its ``benchmarks`` package that of the
-    commit ``harness`` when given; ``rev``'s full commit id."""
-    commit = commit_of(rev)
-    os.makedirs(into)
-    _extract(commit, into)
-    if harness is not None and harness != commit:
-        shutil.rmtree(os.path.join(into, 'benchmarks'))
-        _extract(harness, into, 'benchmarks')
     # Start from no results: each round's are its own.
     shutil.rmtree(os.path.join(into, 'benchmarks', 'results'),
                   ignore_errors=True)
@@ -215,9 +198,6 @@ def main(argv: list[str]) -> int:
                         help='runs of each benchmark on each side')
     parser.add_argument('--output', default='compare', metavar='NAME',
                         help='results/NAME.{md,json} (default: compare)')
-    parser.add_argument('--own-harness', action='store_true',
-                        help="measure each commit with its own benchmarks "
-                        "(by default both with the head's)")
     args = parser.parse_args(argv)
     names = args.names or list(NAMES)
     unknown = sorted(set(names) - set(NAMES))
@@ -229,11 +209,7 @@ def main(argv: list[str]) -> int:
     info = machine()
     work = tempfile.mkdtemp(prefix='bench-compare-')
     try:
-        # The same measuring code on both sides by default: a benchmark
-        # that takes more runs, or checks more, changes the figures of
-        # the side it runs on only.
-        harness = None if args.own_harness else commit_of(args.head)
-        base = export(args.base, os.path.join(work, 'base'), harness)
+        base = export(args.base, os.path.join(work, 'base'))
         head = export(args.head, os.path.join(work, 'head'))
         trees = {'base': os.path.join(work, 'base'),
                  'head': os.path.join(work, 'head')}
@@ -260,11 +236,9 @@ def main(argv: list[str]) -> int:
     os.makedirs(results, exist_ok=True)
     with open(os.path.join(results, args.output + '.json'), 'w') as f:
         json.dump({'machine': info, 'base': base, 'head': head,
-                   'harness': harness or 'own',
                    'rounds': args.rounds, 'limit': LIMIT, 'rows': rows},
                   f, indent=2)
-    md = to_markdown(rows, base[:7], head[:7], args.rounds, info,
-                     own_harness=args.own_harness)
+    md = to_markdown(rows, base[:7], head[:7], args.rounds, info)
     with open(os.path.join(results, args.output + '.md'), 'w') as f:
         f.write(md)
     sys.stdout.write(md)

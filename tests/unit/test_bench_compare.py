@@ -99,23 +99,3 @@ def test_a_commit_is_exported_as_its_tree_without_its_results(tmp_path):
 def test_an_unknown_commit_is_refused(tmp_path):
     with pytest.raises(subprocess.CalledProcessError):
         compare.export('no-such-commit-anywhere', str(tmp_path / 'x'))
-
-
-def test_the_base_is_measured_by_the_heads_benchmarks(tmp_path):
-    """With a harness commit, the tree is the commit's but its benchmarks
-    package is the harness's (a benchmark the base did not have, here
-    benchmarks/sampling.py, is there; the plugin stays the base's)."""
-    into = str(tmp_path / 'tree')
-    base = 'f3c7d77'
-    head = compare.commit_of('HEAD')
-    commit = compare.export(base, into, harness=head)
-    assert commit == compare.commit_of(base)
-    assert os.path.isfile(os.path.join(into, 'benchmarks', 'sampling.py'))
-    assert not os.path.exists(os.path.join(into, 'benchmarks', 'results'))
-    show = subprocess.run(
-        ['git', '-C', ROOT, 'show', '%s:nova_imgtype/virt/libvirt/'
-         'template_handlers/volume_linking.py' % base], check=True,
-        capture_output=True, text=True).stdout
-    with open(os.path.join(into, 'nova_imgtype', 'virt', 'libvirt',
-                           'template_handlers', 'volume_linking.py')) as f:
-        assert f.read() == show
