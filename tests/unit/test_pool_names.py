@@ -79,3 +79,34 @@ def test_rebuild_keeps_a_recorded_pool_this_host_has(
     with mock.patch.object(STOCK, 'spawn'):
         drv.spawn(None, inst, mock.Mock(), [], None, {})
     assert drv._resolver.recorded(inst).pool == ELSEWHERE
+
+
+def test_init_host_records_where_an_earlier_releases_pool_is(
+        make_driver, test_pools):  # noqa: F811
+    """A pool instance recorded by pool name only (an earlier release) gets
+    its pool's storage recorded at the start of its host, when that host's
+    pool of the name holds its root volume; one whose volume is not there
+    keeps its record as it was."""
+    from nova import objects
+
+    drv = test_pools(make_driver(images_type='qcow2',
+                                 use_storage_pools=True))
+    with mock.patch.object(STOCK, 'init_host'):
+        drv.init_host('host1')
+    disks = drv._pools.get(pools.DISKS_POOL)
+    here = _instance(imgtype_backend='qcow2', imgtype_storage='pools',
+                     imgtype_pool=pools.DISKS_POOL)
+    drv._pools.create_empty(disks, pools.volume_name(here.uuid, 'disk'),
+                            'qcow2', 1024 * 1024)
+    elsewhere = _instance(imgtype_backend='qcow2', imgtype_storage='pools',
+                          imgtype_pool=pools.DISKS_POOL)
+    with mock.patch.object(STOCK, 'init_host'), \
+            mock.patch.object(objects.InstanceList, 'get_by_host',
+                              return_value=[here, elsewhere]):
+        drv.init_host('host1')
+    assert here.system_metadata['imgtype_pool_location'] == (
+        'dir:%s' % pools.pool_target(disks))
+    here.save.assert_called()
+    assert drv._resolver.recorded(here).pool == pools.DISKS_POOL
+    assert 'imgtype_pool_location' not in elsewhere.system_metadata
+    elsewhere.save.assert_not_called()

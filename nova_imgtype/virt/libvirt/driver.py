@@ -144,6 +144,7 @@ class LibvirtDriver(driver_images.Images, driver_live.LiveMigration,
         instances = list(objects.InstanceList.get_by_host(
             context, host, expected_attrs=['system_metadata']))
         self._finish_interrupted_moves(instances)
+        self._record_pool_locations(instances)
         legacy = [inst.uuid for inst in instances
                   if self._can_move_to_pools(inst)]
         if legacy:

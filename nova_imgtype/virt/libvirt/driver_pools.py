@@ -9,6 +9,7 @@ methods of one concern and calling the next part (``super()``).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 
@@ -152,6 +153,47 @@ class PoolDisks(libvirt_driver.LibvirtDriver):
                 instance.save()
         LOG.info('Moved disks %s into storage pool %s', ', '.join(names),
                  pool_name, instance=instance)
+
+    def _record_pool_locations(
+            self, instances: list[objects.Instance]) -> None:
+        """Record the storage (type and place) of the pool of each pool
+        instance of this host recorded by an earlier release, by the pool's
+        name only: this host's pool of that name, when it holds the
+        instance's root disk volume (the evidence that the name means this
+        pool here). Every later host finds its own pool of that storage by
+        it, whatever the pool's name there. An instance whose pool or root
+        volume is not found here is left as it is, said in the log: its
+        name is not reinterpreted.
+        """
+        for inst in instances:
+            decision = self._resolver.recorded(inst)
+            if (decision is None or decision.storage != resolver_mod.POOLS
+                    or decision.pool_location):
+                continue
+            root = pools_mod.volume_name(inst.uuid, 'disk')
+            try:
+                pool = self._pools.find_pool(decision.pool)
+                found = (pool is not None and pool.isActive() and
+                         self._pools.find_volume(pool, root) is not None)
+                location = (pools_mod.location_key(
+                    self._pools.definition(pool))
+                    if found and pool is not None else '')
+            except Exception as e:  # noqa: BLE001 - reported, start goes on
+                LOG.warning('Storage of pool %(pool)s not recorded: %(e)s',
+                            {'pool': decision.pool, 'e': e}, instance=inst)
+                continue
+            if not location:
+                LOG.warning('Storage of pool %(pool)s not recorded: this '
+                            'host has no started pool of that name holding '
+                            'volume %(vol)s', {'pool': decision.pool,
+                                               'vol': root}, instance=inst)
+                continue
+            self._resolver.record(inst, dataclasses.replace(
+                decision, pool_location=location))
+            inst.save()
+            LOG.info('Recorded the storage of pool %(pool)s: %(loc)s',
+                     {'pool': decision.pool, 'loc': location},
+                     instance=inst)
 
     def _finish_interrupted_moves(
             self, instances: list[objects.Instance]) -> None:
