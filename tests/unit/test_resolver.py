@@ -246,3 +246,37 @@ def test_disks_made_anew_go_where_the_host_makes_new_ones(
                                              'elsewhere')):
         got = resolver.made_anew(was)
         assert (got.storage, bool(got.pool)) == (storage, pooled)
+
+
+@pytest.mark.parametrize('pooled,ceph_pool,stock', [
+    (False, 'vms', True),       # the same Ceph pool, no pools here
+    (True, 'vms', False),       # pools here: this host's rbd pool of it
+    (False, 'other', False),    # another Ceph pool
+])
+def test_an_rbd_pool_instance_is_stock_rbd_on_a_host_without_pools(
+        conf, resolver, tmp_path, pooled, ceph_pool, stock):
+    """Issue 29: an instance moved back (a reverted resize, the confirm's
+    clean-up on the source) to a host without a pool of its storage, whose
+    stock rbd disks are in the Ceph pool its record names: its disks are
+    stock's rbd disks there, never a pool this host does not have
+    (PoolNotFound)."""
+    ceph_conf = tmp_path / 'ceph.conf'
+    ceph_conf.write_text('[global]\nmon_host = 192.0.2.7:3300\n')
+    conf.config(group='libvirt', images_type='rbd', images_rbd_pool='vms',
+                images_rbd_ceph_conf=str(ceph_conf),
+                use_storage_pools=pooled)
+    inst = _instance(imgtype_backend='rbd', imgtype_native='raw',
+                     imgtype_storage='pools', imgtype_pool='nova-disks-pool',
+                     imgtype_pool_location='rbd:%s@192.0.2.7:3300' % ceph_pool)
+    # This host's pools, as the driver finds them: an rbd pool of that
+    # Ceph pool where it has pools.
+    resolver = resolver_mod.BackendResolver(
+        conf.conf, locate=lambda key, name: name if pooled else None)
+    got = resolver.recorded(inst)
+    assert got.backend == 'rbd'
+    if stock:
+        assert (got.storage, got.pool, got.pool_location) == (
+            resolver_mod.LEGACY, '', '')
+    else:
+        assert got.storage == resolver_mod.POOLS
+        assert got.pool_location == 'rbd:%s@192.0.2.7:3300' % ceph_pool

@@ -200,13 +200,13 @@ class StoragePools:
                 return pool
         return None
 
-    def name_for(self, key: str, recorded_name: str) -> str:
+    def name_for(self, key: str, recorded_name: str) -> str | None:
         """The name of this host's pool of the storage ``key`` names
         (:meth:`find_by_location`; found once: a pool is never redefined
-        over other storage under its name). When this host has none:
-        ``recorded_name`` if it has no pool of that name either (looking
-        it up says so), else ``key`` itself, which names no pool: another
-        storage's pool of the recorded name is never taken for it."""
+        over other storage under its name). When this host has none: None
+        if it has no pool of the recorded name either, else ``key``
+        itself, which names no pool: another storage's pool of the
+        recorded name is never taken for it."""
         name = self._names.get(key)
         if name is not None:
             return name
@@ -216,7 +216,7 @@ class StoragePools:
             return name
         named = self.find_pool(recorded_name)
         if named is None:
-            return recorded_name
+            return None
         if pool_specs.same_source(location_key(self.definition(named)),
                                   key):
             # The same Ceph pool, its monitors listed otherwise here (by

@@ -27,6 +27,7 @@ from nova_imgtype import exception
 from nova_imgtype import record as record_mod
 from nova_imgtype.virt.libvirt import backends
 from nova_imgtype.virt.libvirt import mapping as mapping_mod
+from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import pools as pools_mod
 
 SYSMETA_BACKEND = record_mod.BACKEND
@@ -77,13 +78,17 @@ class BackendResolver:
     """Decides, records and looks up instances' image backends."""
 
     def __init__(self, conf: cfg.ConfigOpts,
-                 locate: Callable[[str, str], str] | None = None) -> None:
+                 locate: Callable[[str, str], str | None] | None = None
+                 ) -> None:
         """:param locate: given a recorded pool's location and name, the
-            name of this host's pool of that storage (see
-            :meth:`recorded`); without it (the CLIs), recorded pool names
-            are taken as they are."""
+            name of this host's pool of that storage, the location itself
+            when this host has only a pool of another storage by that name,
+            None when it has neither (see :meth:`recorded`); without it
+            (the CLIs), recorded pool names are taken as they are."""
         self._conf = conf
         self._locate = locate
+        #: The storage of stock's rbd disks here, by (pool, ceph.conf).
+        self._rbd_locations: dict[tuple[str, str], str] = {}
 
     @property
     def mapping(self) -> mapping_mod.ImagesTypeMapping:
@@ -223,10 +228,13 @@ class BackendResolver:
 
         A pool instance's pool is this host's pool of the recorded storage
         (its type and place), whatever its name here or on the host that
-        recorded it. When this host has none, the recorded name stays
-        unless this host has a pool of that name over other storage: then
-        the pool is named by the location, which no pool here has (looking
-        it up finds nothing, never another pool of the same name). Within
+        recorded it; on a host with no pool of it whose stock rbd disks
+        are in the recorded Ceph pool, its disks are those
+        (:meth:`_stock_rbd_holds`), and the decision says so. When this
+        host has none otherwise, the recorded name stays unless this host
+        has a pool of that name over other storage: then the pool is named
+        by the location, which no pool here has (looking it up finds
+        nothing, never another pool of the same name). Within
         :meth:`assume` for this instance: the assumed decision.
         """
         assumed = _ASSUMED.get()
@@ -239,8 +247,39 @@ class BackendResolver:
                 self._locate is None):
             return decision
         here = self._locate(decision.pool_location, decision.pool)
+        if here is None or here == decision.pool_location:
+            # No pool of that storage here.
+            if self._stock_rbd_holds(decision):
+                return self.with_storage(decision, LEGACY)
+            if here is None:
+                here = decision.pool
         return (decision if here == decision.pool else
                 dataclasses.replace(decision, pool=here))
+
+    def _stock_rbd_holds(self, decision: BackendDecision) -> bool:
+        """Whether the disks of an instance recorded on an rbd pool,
+        which this host has no pool of, are stock's rbd disks here: this
+        host makes no rbd pool volumes (a host that does has its rbd pool,
+        and a missing one is an error that says so), serves rbd
+        (``images_type`` or the mapping) and its
+        ``images_rbd_pool`` is that Ceph pool (a monitor of
+        ``images_rbd_ceph_conf`` in common). They are the same RBD images
+        by the same names (``{uuid}_{disk}``), so stock's Rbd backend
+        serves them here as it serves its own.
+        """
+        if (decision.storage != POOLS or decision.backend != 'rbd' or
+                not pools_mod.is_shared_location(decision.pool_location) or
+                'rbd' in self.pool_backends()):
+            return False
+        if 'rbd' not in (self.default_backend(), *self.mapping.values()):
+            return False
+        key = (self._conf.libvirt.images_rbd_pool,
+               self._conf.libvirt.images_rbd_ceph_conf)
+        here = self._rbd_locations.get(key)
+        if here is None:
+            here = self._rbd_locations[key] = pools_mod.location_key(
+                pools_mod.disks_pool_spec(self._conf, 'rbd'))
+        return pool_specs.same_storage(here, decision.pool_location)
 
     @staticmethod
     def record(instance: objects.Instance,
