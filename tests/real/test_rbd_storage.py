@@ -322,6 +322,30 @@ def test_a_reverted_resize_gets_the_disk_back_as_it_was(
     assert ceph_cluster.rbd_json('snap', 'ls', spec) == []
 
 
+@pytest.mark.parametrize('out_format', ['raw', 'qcow2'])
+def test_a_snapshot_of_an_rbd_volume_holds_its_data(
+        rbd_driver, raw_image, ceph_cluster, tmp_path, out_format):
+    """Issue 29 (found by the ceph gate profile): a snapshot of an rbd
+    pool volume failed, libvirt copying no volume of an rbd pool into a
+    dir pool ("no storage vol with matching path"). The volume is
+    extracted as stock's Rbd extracts its disk, read as raw."""
+    image_id, _digest = raw_image
+    inst, disk = _boot_disk(rbd_driver, image_id, 'raw')
+    vol = pools.volume_name(inst.uuid, 'disk')
+    subprocess.run(['qemu-io', '-f', 'raw', '-c', 'write -P 0x5a 1M 1M',
+                    ceph_cluster.qemu_spec(vol)], check=True,
+                   capture_output=True)
+    want = _rbd_head_sha256(ceph_cluster, vol, 64 * MiB)
+
+    out = str(tmp_path / 'snapshot')
+    disk.snapshot_extract(out, out_format)
+
+    data = str(tmp_path / 'snapshot.raw')
+    real.qemu_img('convert', '-f', out_format, '-O', 'raw', out, data)
+    with open(data, 'rb') as f:
+        assert hashlib.sha256(f.read(64 * MiB)).hexdigest() == want
+
+
 def test_a_confirmed_resize_leaves_no_snapshot(rbd_driver, raw_image,
                                                ceph_cluster):
     """Stock's confirm removes the resize snapshot only when the host's
