@@ -280,3 +280,19 @@ def test_an_rbd_pool_instance_is_stock_rbd_on_a_host_without_pools(
     else:
         assert got.storage == resolver_mod.POOLS
         assert got.pool_location == 'rbd:%s@192.0.2.7:3300' % ceph_pool
+
+
+def test_a_backend_this_host_has_no_pool_of_is_made_in_files(conf,
+                                                              resolver):
+    """Issue 29 (found by the ceph gate profile's tempest run): a
+    qcow2:qcow2 instance of a host without pools unshelved on a host whose
+    only pool is rbd (images_type = rbd, no mapping) was given a dir pool
+    that host does not have (PoolNotFound nova-disks-pool-dir): its disks
+    are files there, as stock makes them."""
+    conf.config(group='libvirt', images_type='rbd', use_storage_pools=True)
+    assert resolver.pool_backends() == ['rbd']
+    assert resolver.storage_for('rbd') == resolver_mod.POOLS
+    assert resolver.storage_for('qcow2') == resolver_mod.LEGACY
+    got = resolver.with_storage(resolver_mod.BackendDecision(
+        'qcow2', ('qcow2',)), resolver.storage_for('qcow2'))
+    assert (got.storage, got.pool) == (resolver_mod.LEGACY, '')

@@ -173,9 +173,14 @@ class BackendResolver:
 
     def storage_for(self, backend: str) -> str:
         """Where this host makes new disks of ``backend``: ``pools`` when
-        ``[libvirt]use_storage_pools`` is on and pools implement it."""
-        return (POOLS if self._conf.libvirt.use_storage_pools and
-                backend in POOL_BACKENDS else LEGACY)
+        ``[libvirt]use_storage_pools`` is on and this host has a pool of
+        the type that implements it (those of :meth:`pool_backends`, its
+        ``images_type``'s and its mapping's); files otherwise, as stock
+        makes them (an instance of a file backend unshelved or arriving on
+        a host whose only pool is rbd)."""
+        here = {pools_mod.POOL_TYPES[b] for b in self.pool_backends()}
+        return (POOLS if backend in POOL_BACKENDS and
+                pools_mod.POOL_TYPES[backend] in here else LEGACY)
 
     def plan(self, disk_format: str) -> FormatPlan:
         """What a new instance booted from a ``disk_format`` image gets."""
