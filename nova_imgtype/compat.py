@@ -68,6 +68,8 @@ READS: Mapping[str, tuple[str, ...]] = {
     _DRIVER + '_try_fetch_image_cache': ('image', 'fetch_func', 'context',
                                          'filename', 'image_id', 'instance'),
     _DRIVER + 'cache_image': ('context', 'image_id'),
+    _DRIVER + '_rebase_original_qcow2_image': ('context', 'instance',
+                                               'backend'),
     _DRIVER + '_get_instance_disk_info': ('instance',),
     _DRIVER + 'check_can_live_migrate_destination': ('instance',),
     _DRIVER + 'check_can_live_migrate_source': ('context', 'instance'),

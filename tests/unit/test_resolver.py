@@ -265,7 +265,7 @@ def test_an_rbd_pool_instance_is_stock_rbd_on_a_host_without_pools(
     conf.config(group='libvirt', images_type='rbd', images_rbd_pool='vms',
                 images_rbd_ceph_conf=str(ceph_conf),
                 use_storage_pools=pooled)
-    inst = _instance(imgtype_backend='rbd', imgtype_native='raw',
+    inst = _instance(imgtype_backend='rbd', imgtype_native_formats='raw',
                      imgtype_storage='pools', imgtype_pool='nova-disks-pool',
                      imgtype_pool_location='rbd:%s@192.0.2.7:3300' % ceph_pool)
     # This host's pools, as the driver finds them: an rbd pool of that
