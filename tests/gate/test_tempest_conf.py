@@ -75,6 +75,12 @@ def test_the_ceph_profile_live_migrates_without_block_migration() -> None:
             tempest_conf.tempest_sections(cloud, RES, [], True, [])))
         return parsed['compute-feature-enabled']
 
+    parsed = configparser.RawConfigParser()
+    parsed.read_string(tempest_conf.render_conf(tempest_conf.tempest_sections(
+        dict(CLOUD, profile='ceph'), RES, [], True, [])))
+    # Glance on RBD keeps an image its instances' disks are clones of.
+    assert parsed['volume-feature-enabled'][
+        'enable_volume_image_dep_tests'] == 'False'
     ceph = feats(dict(CLOUD, profile='ceph'))
     assert ceph['block_migration_for_live_migration'] == 'False'
     assert ceph['live_migration'] == 'True'
