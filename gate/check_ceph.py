@@ -13,9 +13,10 @@
     drive the destination uses still reads as an ISO 9660 image once the
     source came back; nothing of the instance is left on the source; Ceph
     holds exactly the instance's images the destination's domain uses. An
-    evacuation the destination cannot take (an instance on a storage pool
-    to a compute without pools) is refused by the scheduler and loses
-    nothing: the instance's images are all still there.
+    instance on compute2's rbd pool evacuated to compute1, which has no
+    pools, keeps its RBD image there as a stock rbd disk (the same Ceph
+    pool). An evacuation that fails loses nothing: the instance's images
+    are all still there.
 ``ceph-resize-revert``
     An instance whose disk is in Ceph (stock's rbd disk on compute1, a
     volume of the rbd pool on compute2) resized on its own host (the other
