@@ -55,10 +55,12 @@ def _sparse_copy(src: str, dest: str) -> None:
 def _median(fn: Callable[[int], None],
             cleanup: Callable[[int], None] | None = None) -> float:
     """Median wall time of RUNS calls (more for a fast one:
-    :mod:`.sampling`); ``cleanup`` (untimed) after each."""
+    :mod:`.sampling`); ``cleanup`` (untimed) after each, and the
+    machine settled (untimed) before each."""
     times: list[float] = []
     run = 0
     while sampling.more(times, RUNS):
+        sampling.settle()
         start = time.perf_counter()
         fn(run)
         times.append(time.perf_counter() - start)

@@ -8,10 +8,16 @@ compared that way differ by more than the 10% a regression is flagged at
 whose runs take under :data:`FAST_S` is therefore sampled at least
 :data:`FAST_RUNS` times, which costs its module a few seconds; a slower
 one keeps the runs its module gives it.
+
+A run that follows one which wrote data pays for the kernel writing that
+data back, and the amount depends on what ran before (the other side of a
+comparison, a stock method's full copies): :func:`settle` before each timed
+run, untimed, leaves no dirty page to the next run.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 
 #: A figure whose median run is shorter than this (seconds) is fast.
@@ -27,3 +33,8 @@ def more(times: list[float], runs: int) -> bool:
     if len(times) < runs:
         return True
     return len(times) < FAST_RUNS and statistics.median(times) < FAST_S
+
+
+def settle() -> None:
+    """Write back what earlier runs left dirty (untimed, before a run)."""
+    os.sync()

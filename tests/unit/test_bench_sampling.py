@@ -23,3 +23,17 @@ def test_fast_is_the_median_run():
     times = [0.01, 0.01, sampling.FAST_S * 4]
     assert sampling.more(times, 3)
     assert not sampling.more([sampling.FAST_S] * 3, 3)
+
+
+def test_each_timed_disk_creation_follows_a_settled_machine(monkeypatch):
+    # The writeback of one run (a stock Flat copy writes the image's data)
+    # falls before the next, untimed, never inside it.
+    from benchmarks import disk_creation
+
+    calls = []
+    monkeypatch.setattr(sampling, 'settle', lambda: calls.append('settle'))
+    disk_creation._median(lambda run: calls.append('run'),
+                          lambda run: calls.append('cleanup'))
+    runs = calls.count('run')
+    assert runs >= disk_creation.RUNS
+    assert calls == ['settle', 'run', 'cleanup'] * runs
