@@ -147,3 +147,11 @@ class LinkedTemplateChanged(ImgtypeException,
     msg_fmt = _('Image %(image_id)s is unacceptable: linked template '
                 '%(template)s is not what was accepted (%(fmt)s): '
                 '%(reason)s')
+
+
+class StockFactBroken(ImgtypeException):
+    """The installed Nova's source no longer does what a hook of
+    :mod:`nova_imgtype.stock` relies on."""
+
+    msg_fmt = _("Stock Nova's %(where)s no longer matches %(step)r, in "
+                "order: %(why)s")

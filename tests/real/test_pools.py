@@ -9,8 +9,8 @@ import libvirt
 import pytest
 
 from nova_imgtype import exception
+from nova_imgtype.stock import volume_disk
 from nova_imgtype.testing import libvirtd as real
-from nova_imgtype.virt.libvirt import config
 from nova_imgtype.virt.libvirt import pools
 
 MiB = 1024 * 1024
@@ -161,7 +161,7 @@ def test_domain_boots_from_pool_volumes_and_delete_leaves_nothing(
                   'qcow2', 64 * MiB)
     disks = []
     for dev, disk_name in (('vda', 'disk'), ('vdb', 'disk.local')):
-        cfg = config.LibvirtConfigGuestVolumeDisk()
+        cfg = volume_disk.LibvirtConfigGuestVolumeDisk()
         cfg.source_pool = pools.DISKS_POOL
         cfg.source_volume = pools.volume_name(inst, disk_name)
         cfg.driver_name, cfg.driver_format = 'qemu', 'qcow2'
@@ -186,7 +186,7 @@ def test_domain_boots_from_pool_volumes_and_delete_leaves_nothing(
 
 def test_domain_on_a_missing_volume_fails_clearly(sp, libvirt_conn,
                                                   kvm_available):
-    cfg = config.LibvirtConfigGuestVolumeDisk()
+    cfg = volume_disk.LibvirtConfigGuestVolumeDisk()
     cfg.source_pool, cfg.source_volume = pools.DISKS_POOL, 'nope_disk'
     cfg.driver_name, cfg.driver_format = 'qemu', 'qcow2'
     cfg.target_dev, cfg.target_bus = 'vda', 'virtio'

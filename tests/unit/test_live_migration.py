@@ -17,6 +17,7 @@ from nova import exception as nova_exception
 from nova import objects
 from oslo_serialization import jsonutils
 
+from nova_imgtype.stock import migration_xml
 from nova_imgtype.virt.libvirt import live_migration as lm
 from nova_imgtype.virt.libvirt import pools
 from nova_imgtype.virt.libvirt import remote_storage
@@ -157,7 +158,8 @@ def test_arriving_disk_info_names_the_disks_as_the_destination_does():
 
 def test_retargeted_guest_sends_the_rewritten_xml():
     guest = mock.Mock()
-    wrapped = lm.RetargetedGuest(guest, lambda xml: xml + '<!--there-->')
+    wrapped = migration_xml.RetargetedGuest(
+        guest, lambda xml: xml + '<!--there-->')
     wrapped.migrate('qemu+tcp://h/system', flags=3, destination_xml='<d/>')
     guest.migrate.assert_called_once_with(
         'qemu+tcp://h/system', flags=3, destination_xml='<d/><!--there-->')

@@ -9,7 +9,7 @@ from lxml import etree
 from nova import exception as nova_exception
 
 from nova_imgtype import exception
-from nova_imgtype.virt.libvirt import config
+from nova_imgtype.stock import volume_disk
 from nova_imgtype.virt.libvirt import pools
 
 
@@ -131,7 +131,7 @@ def test_delete_instance_volumes_only_touches_that_instance(sp, tmp_path):
 
 
 def test_volume_disk_xml_round_trips():
-    disk = config.LibvirtConfigGuestVolumeDisk()
+    disk = volume_disk.LibvirtConfigGuestVolumeDisk()
     disk.source_pool, disk.source_volume = pools.DISKS_POOL, 'u_disk'
     disk.driver_name, disk.driver_format = 'qemu', 'qcow2'
     disk.target_dev, disk.target_bus = 'vda', 'virtio'
@@ -140,7 +140,7 @@ def test_volume_disk_xml_round_trips():
     assert xml.find('source').attrib == {'pool': pools.DISKS_POOL,
                                          'volume': 'u_disk'}
     assert [c.tag for c in xml] == ['driver', 'source', 'target']
-    parsed = config.LibvirtConfigGuestVolumeDisk()
+    parsed = volume_disk.LibvirtConfigGuestVolumeDisk()
     parsed.parse_dom(xml)
     assert (parsed.source_pool, parsed.source_volume) == (pools.DISKS_POOL,
                                                           'u_disk')

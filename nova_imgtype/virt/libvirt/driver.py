@@ -32,8 +32,8 @@ from nova_imgtype import compat
 from nova_imgtype import exception
 from nova_imgtype import record as record_mod
 from nova_imgtype import traits
+from nova_imgtype.stock import config_drive_link
 from nova_imgtype.virt.libvirt import backends
-from nova_imgtype.virt.libvirt import config_drive
 from nova_imgtype.virt.libvirt import driver_images
 from nova_imgtype.virt.libvirt import driver_live
 from nova_imgtype.virt.libvirt import driver_moves
@@ -260,7 +260,7 @@ class LibvirtDriver(driver_images.Images, driver_live.LiveMigration,
         path = os.path.join(libvirt_utils.get_instance_path(instance),
                             'disk.config.rescue' if call['rescue']
                             else 'disk.config')
-        with config_drive.kept(path):
+        with config_drive_link.kept(path):
             super()._create_configdrive(*args, **kwargs)
 
     def rebuild(self, *args: Any, **kwargs: Any) -> None:

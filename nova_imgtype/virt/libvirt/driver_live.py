@@ -27,6 +27,7 @@ from nova_imgtype import compat
 from nova_imgtype import exception
 from nova_imgtype import record as record_mod
 from nova_imgtype import traits
+from nova_imgtype.stock import migration_xml
 from nova_imgtype.virt.libvirt import live_migration
 from nova_imgtype.virt.libvirt import pools as pools_mod
 from nova_imgtype.virt.libvirt import remote_storage
@@ -255,7 +256,7 @@ class LiveMigration(libvirt_driver.LibvirtDriver):
             self._send_config_drive(instance, drive, migrate_data, dest,
                                     *arrival)
             disks.append(drive)
-        return live_migration.RetargetedGuest(
+        return migration_xml.RetargetedGuest(
             guest, lambda xml: live_migration.destination_xml(
                 xml, instance.uuid, disks, *arrival))
 

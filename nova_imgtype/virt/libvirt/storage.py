@@ -30,7 +30,7 @@ from oslo_log import log as logging
 from oslo_utils import strutils
 
 from nova_imgtype import record
-from nova_imgtype.virt.libvirt import config
+from nova_imgtype.stock import volume_disk
 from nova_imgtype.virt.libvirt import pools as pools_mod
 from nova_imgtype.virt.libvirt import sizes
 from nova_imgtype.virt.libvirt.template_handlers import volume_linking
@@ -222,13 +222,8 @@ class LibvirtStorage(sizes.InProcessSizes, imagebackend.Image):
         stock = super().libvirt_info(cache_mode, extra_specs,
                                      boot_order=boot_order,
                                      disk_unit=disk_unit)
-        disk = config.LibvirtConfigGuestVolumeDisk()
-        disk.__dict__.update(stock.__dict__)
-        disk.source_type = 'volume'
-        disk.source_path = None
-        disk.source_pool = self.pool_name
-        disk.source_volume = self.volume_name
-        return disk
+        return volume_disk.from_stock(stock, self.pool_name,
+                                      self.volume_name)
 
     @staticmethod
     def is_file_in_instance_path() -> bool:
