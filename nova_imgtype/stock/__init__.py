@@ -15,3 +15,37 @@ What the plugin reads of stock's signatures is listed in
 :mod:`nova_imgtype.compat`; the private stock names it touches in
 ``tests/unit/test_stock_private_names.py``.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+#: The hooks, one module each.
+HOOKS = ('after_power_off', 'assumed_decision', 'backend_scope',
+         'config_drive_link', 'disk_info_file', 'migration_xml',
+         'remote_filesystem', 'request_filters', 'volume_disk',
+         'withheld_disks')
+
+
+def facts() -> list[tuple[str, Any]]:
+    """``(hook, fact)`` for every fact every hook relies on."""
+    out = []
+    for name in HOOKS:
+        hook = importlib.import_module('%s.%s' % (__name__, name))
+        out += [(name, fact) for fact in hook.FACTS]
+    return out
+
+
+def broken() -> list[str]:
+    """What the installed Nova no longer does that a hook relies on: one
+    message per broken fact, naming the hook."""
+    from nova_imgtype import exception  # noqa: PLC0415 - no cycle at import
+
+    out = []
+    for name, fact in facts():
+        try:
+            fact.check()
+        except exception.StockFactBroken as e:
+            out.append('%s: %s' % (name, e))
+    return out

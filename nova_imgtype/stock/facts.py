@@ -3,7 +3,9 @@ Nova."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import importlib
 import inspect
 import re
 
@@ -43,3 +45,53 @@ class SourceFact:
             if re.search(unwanted, source):
                 raise exception.StockFactBroken(
                     where=self.where, step='no %s' % unwanted, why=self.why)
+
+
+@dataclasses.dataclass(frozen=True)
+class CallSites:
+    """The functions of stock's ``module`` whose source matches
+    ``pattern`` are ``expected`` (``Class.method`` or ``function``), no
+    more and no fewer: a hook that changes what an attribute or call means
+    is right only at the call sites it was written for."""
+
+    module: str
+    pattern: str
+    expected: frozenset[str]
+    why: str
+
+    def found(self) -> set[str]:
+        """The functions of the installed ``module`` that match."""
+        source = inspect.getsource(importlib.import_module(self.module))
+        regex = re.compile(self.pattern)
+        out: set[str] = set()
+        for node in ast.parse(source).body:
+            if isinstance(node, ast.ClassDef):
+                named = [('%s.%s' % (node.name, f.name), f)
+                         for f in node.body if isinstance(
+                             f, (ast.FunctionDef, ast.AsyncFunctionDef))]
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                named = [(node.name, node)]
+            else:
+                continue
+            for name, func in named:
+                segment = ast.get_source_segment(source, func) or ''
+                if regex.search(segment):
+                    out.add(name)
+        return out
+
+    def check(self) -> None:
+        """Raise :class:`~nova_imgtype.exception.StockFactBroken` naming
+        the call sites stock added or dropped."""
+        found = self.found()
+        if found != self.expected:
+            changes = ['new: %s' % ', '.join(sorted(found - self.expected))
+                       if found - self.expected else '',
+                       'gone: %s' % ', '.join(sorted(self.expected - found))
+                       if self.expected - found else '']
+            raise exception.StockFactBroken(
+                where=self.module, step='%s (%s)' % (
+                    self.pattern, '; '.join(c for c in changes if c)),
+                why=self.why)
+
+
+Fact = SourceFact | CallSites

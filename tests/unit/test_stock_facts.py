@@ -6,27 +6,38 @@ the stock method, the step and what of the plugin depends on it.
 """
 
 import importlib
+import pathlib
 import pkgutil
+import threading
+from unittest import mock
 
 import pytest
 
 from nova_imgtype import exception
 from nova_imgtype import stock
+from nova_imgtype.stock import after_power_off
 from nova_imgtype.stock import facts
+from nova_imgtype.stock import remote_filesystem
+from tests.unit.test_driver import STOCK
+from tests.unit.test_driver import _instance
+from tests.unit.test_driver import make_driver  # noqa: F401 - fixture
 
 #: Modules of the package that are not hooks.
 NOT_HOOKS = {'facts'}
 
 
 def _hooks():
-    return [importlib.import_module('nova_imgtype.stock.' + m.name)
-            for m in pkgutil.iter_modules(stock.__path__)
-            if m.name not in NOT_HOOKS]
+    return [importlib.import_module('nova_imgtype.stock.' + name)
+            for name in stock.HOOKS]
 
 
 def _facts():
-    return [(hook.__name__, fact) for hook in _hooks()
-            for fact in hook.FACTS]
+    return stock.facts()
+
+
+def test_every_module_of_the_package_is_a_listed_hook():
+    modules = {m.name for m in pkgutil.iter_modules(stock.__path__)}
+    assert modules - NOT_HOOKS == set(stock.HOOKS)
 
 
 def test_every_hook_names_what_it_relies_on():
@@ -35,12 +46,14 @@ def test_every_hook_names_what_it_relies_on():
     for hook in hooks:
         assert hook.__doc__, hook.__name__
         assert hook.FACTS, '%s relies on nothing of stock?' % hook.__name__
-        assert all(isinstance(f, facts.SourceFact) for f in hook.FACTS)
+        assert all(isinstance(f, (facts.SourceFact, facts.CallSites))
+                   for f in hook.FACTS)
 
 
 @pytest.mark.parametrize('hook,fact', _facts(),
-                         ids=lambda v: v if isinstance(v, str) else
-                         v.where.split(':')[1])
+                         ids=lambda v: v.rpartition('.')[2]
+                         if isinstance(v, str) else getattr(
+                             v, 'where', getattr(v, 'pattern', '')))
 def test_the_installed_nova_does_what_the_hook_relies_on(hook, fact):
     fact.check()
 
@@ -84,3 +97,70 @@ def test_a_stock_method_that_is_gone_is_named():
     with pytest.raises(exception.StockFactBroken,
                        match='no_such_function'):
         fact.check()
+
+
+def test_stock_hooks_are_only_in_the_stock_package():
+    """A thread-local switch of what stock does (a context variable) is a
+    hook: it lives in nova_imgtype/stock/, with the facts it relies on.
+    (``testing/`` is the test harness.)"""
+    root = pathlib.Path(stock.__file__).parent.parent
+    outside = [str(p.relative_to(root)) for p in root.rglob('*.py')
+               if 'contextvars.ContextVar(' in p.read_text()
+               and p.parent.name not in ('stock', 'testing')]
+    assert outside == []
+
+
+def test_the_drivers_power_off_runs_the_armed_step_after_stocks(
+        make_driver):  # noqa: F811
+    drv = make_driver()
+    order = []
+    with mock.patch.object(STOCK, 'power_off',
+                           lambda self, *a, **k: order.append('stock')):
+        with after_power_off.armed(lambda: order.append('step')):
+            drv.power_off(_instance())
+            # Once: a second power off in the same move runs nothing.
+            drv.power_off(_instance())
+        drv.power_off(_instance())
+    assert order == ['stock', 'step', 'stock', 'stock']
+
+
+def test_stocks_remote_filesystem_is_the_moves_in_its_thread_only(
+        make_driver):  # noqa: F811
+    drv = make_driver()
+    stocks = drv._remotefs
+    remote = object()
+    seen = []
+    with remote_filesystem.using(remote):
+        thread = threading.Thread(target=lambda: seen.append(drv._remotefs))
+        thread.start()
+        thread.join()
+        assert drv._remotefs is remote
+    assert seen == [stocks]
+    assert drv._remotefs is stocks
+    # Stock's __init__ sets it: a new value is stock's, not the move's.
+    drv._remotefs = 'other'
+    assert drv._remotefs == 'other'
+
+
+def test_a_new_call_site_in_stock_is_named():
+    fact = facts.CallSites(
+        'nova.scheduler.request_filter', r'ALL_REQUEST_FILTERS',
+        frozenset({'nova_imgtype_was_here'}), 'call sites')
+    with pytest.raises(exception.StockFactBroken) as e:
+        fact.check()
+    assert 'new: process_reqspec' in str(e.value)
+    assert 'gone: nova_imgtype_was_here' in str(e.value)
+
+
+def test_nothing_is_broken_on_the_installed_nova():
+    assert stock.broken() == []
+
+
+def test_a_broken_fact_is_reported_by_its_hook(monkeypatch):
+    from nova_imgtype.stock import request_filters
+    monkeypatch.setattr(request_filters, 'FACTS', (facts.SourceFact(
+        'nova.scheduler.request_filter:process_reqspec', ('not there',),
+        'why'),))
+    assert stock.broken() == [
+        "request_filters: Stock Nova's nova.scheduler.request_filter:"
+        "process_reqspec no longer matches 'not there', in order: why"]

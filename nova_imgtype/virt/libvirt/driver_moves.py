@@ -23,6 +23,7 @@ import nova_imgtype.conf
 from nova_imgtype import compat
 from nova_imgtype import exception
 from nova_imgtype import traits
+from nova_imgtype.stock import disk_info_file
 from nova_imgtype.virt.libvirt import driver_transfers
 from nova_imgtype.virt.libvirt import pool_dir as pool_dir_mod
 from nova_imgtype.virt.libvirt import pools as pools_mod
@@ -162,7 +163,7 @@ class ColdMoves(driver_transfers.Transfers):
             # restarted while migrating reverts): the volumes are still
             # staged in the instance directory.
             backup_dir = inst_dir
-        driver_transfers.unhide_disk_info(backup_dir)
+        disk_info_file.recover(backup_dir)
         names = (os.listdir(backup_dir) if os.path.isdir(backup_dir)
                  else [])
         volumes = [n for n in names if n.startswith(instance.uuid + '_')]

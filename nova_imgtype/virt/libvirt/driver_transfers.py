@@ -8,7 +8,6 @@ is made of (through :class:`.driver_moves.ColdMoves`).
 
 from __future__ import annotations
 
-import contextvars
 import os
 from collections.abc import Callable
 from typing import Any
@@ -27,53 +26,17 @@ from oslo_utils import excutils
 
 from nova_imgtype import compat
 from nova_imgtype import exception
+from nova_imgtype.stock import after_power_off
+from nova_imgtype.stock import disk_info_file
+from nova_imgtype.stock import remote_filesystem
+from nova_imgtype.stock import withheld_disks
 from nova_imgtype.virt.libvirt import pool_dir as pool_dir_mod
 from nova_imgtype.virt.libvirt import pools as pools_mod
 from nova_imgtype.virt.libvirt import remote_storage
 
 LOG = logging.getLogger(__name__)
 
-DISK_INFO = 'disk.info'
-_HIDDEN = DISK_INFO + '.imgtype-moving'
-
-#: The remote filesystem of the cold move running in this thread (the
-#: destination's libvirtd); None outside one (stock's SSH or rsync, for
-#: a vTPM instance's move or anything else).
-_REMOTE: contextvars.ContextVar[
-    remote_storage.LibvirtRemoteFilesystem | None] = contextvars.ContextVar(
-        'nova_imgtype_remotefs', default=None)
-#: The disks stock's cold move found, withheld from its own copying (SSH)
-#: during a move of files through libvirt (_migrate_files).
-_WITHHELD: contextvars.ContextVar[list[dict[str, Any]] | None] = (
-    contextvars.ContextVar('nova_imgtype_withheld', default=None))
-#: What a pool instance's cold move does once stock's part of it has
-#: stopped the guest (_migrate_pool_disks_here): its volumes moved into
-#: the instance directory that stock keeps as ``_resize``.
-_STAGING: contextvars.ContextVar[Callable[[], None] | None] = (
-    contextvars.ContextVar('nova_imgtype_staging', default=None))
-
-
-def _hide(directory: str, name: str) -> str | None:
-    """Rename ``name`` in ``directory`` out of stock's sight; the new name,
-    or None when there is no such file."""
-    if not os.path.exists(os.path.join(directory, name)):
-        return None
-    os.rename(os.path.join(directory, name),
-              os.path.join(directory, _HIDDEN))
-    return _HIDDEN
-
-
-def unhide_disk_info(directory: str) -> None:
-    """Put back a ``disk.info`` a move hid in ``directory`` (one a crash
-    interrupted)."""
-    _unhide(directory, _HIDDEN)
-
-
-def _unhide(directory: str, hidden: str | None) -> None:
-    """Undo :func:`_hide` in ``directory`` (where it may have moved)."""
-    path = os.path.join(directory, hidden) if hidden else None
-    if path and os.path.exists(path):
-        os.rename(path, os.path.join(directory, DISK_INFO))
+DISK_INFO = disk_info_file.DISK_INFO
 
 
 def _unmake(remote: remote_storage.LibvirtRemoteFilesystem, dest: str,
@@ -126,19 +89,18 @@ class Transfers(libvirt_driver.LibvirtDriver):
                                                       **stock.kwargs)
         remote = remote_storage.LibvirtRemoteFilesystem(
             self._live_migration_uri)
-        withheld: list[dict[str, Any]] = []
-        tokens = _REMOTE.set(remote), _WITHHELD.set(withheld)
         inst_base = libvirt_utils.get_instance_path(instance)
         inst_base_resize = inst_base + '_resize'
-        try:
+        with (remote_filesystem.using(remote),
+              withheld_disks.withholding() as withheld):
             made = self._reach_destination(remote, instance, dest)
-            kept = _hide(inst_base, DISK_INFO)
+            kept = disk_info_file.hide(inst_base)
             try:
                 super().migrate_disk_and_power_off(*stock.args,
                                                    **stock.kwargs)
             except Exception:
                 with excutils.save_and_reraise_exception():
-                    _unhide(inst_base, kept)
+                    disk_info_file.unhide(inst_base, kept)
                     _unmake(remote, dest, inst_base, made)
             shared = self._is_path_shared_with(dest, inst_base)
             copies = [(os.path.join(inst_base_resize,
@@ -147,9 +109,6 @@ class Transfers(libvirt_driver.LibvirtDriver):
                       if os.path.basename(i['path']) != 'disk.swap']
             self._send(remote, dest, inst_base, copies, kept, shared)
             return jsonutils.dumps(withheld)
-        finally:
-            _WITHHELD.reset(tokens[1])
-            _REMOTE.reset(tokens[0])
 
     def _migrate_pool_disks(self, stock: compat.StockCall,
                             instance: objects.Instance, dest: str,
@@ -181,14 +140,11 @@ class Transfers(libvirt_driver.LibvirtDriver):
         """
         remote = remote_storage.LibvirtRemoteFilesystem(
             self._live_migration_uri)
-        token = _REMOTE.set(remote)
-        try:
+        with remote_filesystem.using(remote):
             made = self._reach_destination(remote, instance, dest)
             return self._migrate_pool_disks_here(
                 stock, instance, dest, timeout, retry_interval, dest_pools,
                 remote, made)
-        finally:
-            _REMOTE.reset(token)
 
     def _reach_destination(self, remote: Any, instance: objects.Instance,
                            dest: str) -> bool:
@@ -236,26 +192,24 @@ class Transfers(libvirt_driver.LibvirtDriver):
         def stage() -> None:
             # Stock has checked the move and stopped the guest: its volumes
             # no longer change, and go where stock's rename takes them.
-            _STAGING.set(None)
             staged.extend(pool_dir_mod.stage_out(
                 pool, instance, inst_base, [name for name, _fmt in vols]))
 
         # Stock copies a disk.info with scp/rsync itself; this one goes
         # through libvirt below (a pool instance's is a legacy left-over).
-        kept = _hide(inst_base, DISK_INFO)
-        token = _STAGING.set(stage)
+        kept = disk_info_file.hide(inst_base)
         try:
-            disk_info = jsonutils.loads(super().migrate_disk_and_power_off(
-                *stock.args, **stock.kwargs))
+            with after_power_off.armed(stage):
+                disk_info = jsonutils.loads(
+                    super().migrate_disk_and_power_off(*stock.args,
+                                                       **stock.kwargs))
         except Exception:
             with excutils.save_and_reraise_exception():
                 # Stock refused before stopping the guest (nothing staged),
                 # or put the instance directory back in place.
-                _unhide(inst_base, kept)
+                disk_info_file.unhide(inst_base, kept)
                 pool_dir_mod.stage_in(pool, instance, inst_base, staged)
                 _unmake(remote, dest, inst_base, made)
-        finally:
-            _STAGING.reset(token)
         target_dir = pool_dir if dest_pools else inst_base
         shared_pool = self._is_path_shared_with(dest, target_dir)
         shared_dir = self._is_path_shared_with(dest, inst_base)
@@ -294,29 +248,25 @@ class Transfers(libvirt_driver.LibvirtDriver):
         except Exception as e:
             self._cleanup_remote_migration(
                 dest, inst_base, inst_base_resize, shared_dir)
-            _unhide(inst_base, kept)
+            disk_info_file.unhide(inst_base, kept)
             if undo is not None:
                 undo()
             _raise_rollback(e)
-        _unhide(inst_base_resize, kept)
+        disk_info_file.unhide(inst_base_resize, kept)
 
     def power_off(self, *args: Any, **kwargs: Any) -> None:
         super().power_off(*args, **kwargs)
-        stage = _STAGING.get()
-        if stage is not None:
-            # Stock's cold move of a pool instance, the guest just stopped.
-            stage()
+        # Stock's cold move of a pool instance, the guest just stopped.
+        after_power_off.fire()
 
     def _get_instance_disk_info(self, *args: Any, **kwargs: Any) -> Any:
         instance: objects.Instance = compat.driver(
             '_get_instance_disk_info', self, args, kwargs)['instance']
         info = super()._get_instance_disk_info(*args, **kwargs)
-        withheld = _WITHHELD.get()
-        if withheld is not None:
+        if withheld_disks.active():
             # A move through libvirt (_migrate_files): copied there.
-            withheld.extend(info)
-            return []
-        if _REMOTE.get() is None:
+            return withheld_disks.answer(info)
+        if remote_filesystem.current() is None:
             return info
         # During the move of a pool instance: its volumes named by path (a
         # guest live-migrated here, until its next start) are copied by
@@ -324,13 +274,6 @@ class Transfers(libvirt_driver.LibvirtDriver):
         return [i for i in info if not os.path.basename(
             i['path']).startswith(instance.uuid + '_')]
 
-    @property
-    def _remotefs(self) -> Any:
-        """The destination's libvirtd during a cold move in this thread
-        (:mod:`.remote_storage`), stock's (SSH or rsync) otherwise."""
-        return _REMOTE.get() or self._stock_remotefs
-
-    @_remotefs.setter
-    def _remotefs(self, value: Any) -> None:
-        # Stock's __init__ sets it.
-        self._stock_remotefs = value
+    #: The destination's libvirtd during a cold move in this thread
+    #: (:mod:`.remote_storage`), stock's (SSH or rsync) otherwise.
+    _remotefs = remote_filesystem.RemoteFilesystemAttribute()

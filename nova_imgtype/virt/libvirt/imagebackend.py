@@ -16,7 +16,6 @@ and every eventlet greenthread has its own context).
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -28,15 +27,13 @@ from oslo_config import cfg
 from nova_imgtype import compat
 from nova_imgtype import exception
 from nova_imgtype import record as record_mod
+from nova_imgtype.stock import backend_scope
 from nova_imgtype.virt.libvirt import backends
 from nova_imgtype.virt.libvirt import config_drive
 from nova_imgtype.virt.libvirt import pools as pools_mod
 from nova_imgtype.virt.libvirt import resolver as resolver_mod
 from nova_imgtype.virt.libvirt import storage
 from nova_imgtype.virt.libvirt import storage_rbd
-
-_SCOPED_INSTANCE: contextvars.ContextVar[objects.Instance | None] = (
-    contextvars.ContextVar('nova_imgtype_scoped_instance', default=None))
 
 # Disks whose type stock Nova chooses by itself, whatever the instance's
 # backend: kernel and ramdisk are raw, config drives follow
@@ -63,18 +60,16 @@ class Backend(imagebackend.Backend):
 
     @contextlib.contextmanager
     def scope(self, instance: objects.Instance) -> Iterator[None]:
-        """Make ``backend()`` without a type mean this instance's backend."""
-        token = _SCOPED_INSTANCE.set(instance)
-        try:
+        """Make ``backend()`` without a type mean this instance's backend
+        (:mod:`nova_imgtype.stock.backend_scope`)."""
+        with backend_scope.scoped(instance):
             yield
-        finally:
-            _SCOPED_INSTANCE.reset(token)
 
     def backend(self, *args: Any, **kwargs: Any) -> Any:
         image_type: str | None = compat.called(
             _STOCK + 'backend', self, args, kwargs)['image_type']
         if not image_type:
-            scoped = _SCOPED_INSTANCE.get()
+            scoped = backend_scope.current()
             if scoped is not None:
                 return self.class_for(self._resolver.decision_for(scoped))
             image_type = self._conf.libvirt.images_type

@@ -14,7 +14,6 @@ stock Nova: they follow ``images_type`` of the moment.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import dataclasses
 from collections.abc import Callable
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ from oslo_serialization import jsonutils
 
 from nova_imgtype import exception
 from nova_imgtype import record as record_mod
+from nova_imgtype.stock import assumed_decision
 from nova_imgtype.virt.libvirt import backends
 from nova_imgtype.virt.libvirt import mapping as mapping_mod
 from nova_imgtype.virt.libvirt import pool_specs
@@ -70,10 +70,6 @@ class FormatPlan:
 
 
 #: A decision assumed, in this thread, for one instance (uuid, decision).
-_ASSUMED: contextvars.ContextVar[tuple[str, BackendDecision] | None] = (
-    contextvars.ContextVar('nova_imgtype_assumed_decision', default=None))
-
-
 class BackendResolver:
     """Decides, records and looks up instances' image backends."""
 
@@ -242,9 +238,10 @@ class BackendResolver:
         nothing, never another pool of the same name). Within
         :meth:`assume` for this instance: the assumed decision.
         """
-        assumed = _ASSUMED.get()
-        if assumed is not None and assumed[0] == instance.uuid:
-            return assumed[1]
+        assumed: BackendDecision | None = assumed_decision.get(
+            instance.uuid)
+        if assumed is not None:
+            return assumed
         # Pool instances recorded before pool names were: nova-disks-pool.
         decision = record_mod.read(instance.system_metadata,
                                    pools_mod.DISKS_POOL)
@@ -300,11 +297,8 @@ class BackendResolver:
         is ``decision`` (nothing is recorded): the disks a destination makes
         for an instance that is not there yet, and removes if it never
         comes."""
-        token = _ASSUMED.set((instance.uuid, decision))
-        try:
+        with assumed_decision.assumed(instance.uuid, decision):
             yield
-        finally:
-            _ASSUMED.reset(token)
 
     def arrival(self, decision: BackendDecision) -> BackendDecision:
         """Where this host makes the disks of an instance arriving by a
