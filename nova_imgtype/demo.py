@@ -124,7 +124,7 @@ def make_demo_case(stock: bool, rows: list[Row],
     from nova.virt.libvirt import driver as stock_driver
 
     from nova_imgtype.testing import functional
-    from nova_imgtype.virt.libvirt import pools as pools_mod
+    from nova_imgtype.virt.libvirt import pool_specs
     from nova_imgtype.virt.libvirt import resolver as resolver_mod
 
     class DemoCloud(functional.ImgtypeServersTestBase):
@@ -273,9 +273,9 @@ def make_demo_case(stock: bool, rows: list[Row],
         def _root_disk(self, host: str, server_id: str, storage: str) -> str:
             if storage == resolver_mod.POOLS:
                 pool = self.conn.storagePoolLookupByName(
-                    pools_mod.DISKS_POOL)
+                    pool_specs.DISKS_POOL)
                 return str(pool.storageVolLookupByName(
-                    pools_mod.volume_name(server_id, 'disk')).path())
+                    pool_specs.volume_name(server_id, 'disk')).path())
             return os.path.join(self._node_instances_path(host), server_id,
                                 'disk')
 

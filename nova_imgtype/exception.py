@@ -73,7 +73,10 @@ class StorageException(ImgtypeException):
     msg_fmt = _("libvirt storage error on pool %(pool)s")
 
 
-class StorageUnavailable(ImgtypeException):
+class StorageUnavailable(StorageException):
+    """libvirt does not answer, or refuses, for the pool: nothing can be
+    said of it (never "not found")."""
+
     msg_fmt = _("Storage pool %(pool)s is unavailable: %(reason)s")
 
 

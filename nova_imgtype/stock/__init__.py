@@ -28,7 +28,7 @@ HOOKS = ('after_power_off', 'assumed_decision', 'backend_scope',
          'withheld_disks')
 
 
-def facts() -> list[tuple[str, Any]]:
+def all_facts() -> list[tuple[str, Any]]:
     """``(hook, fact)`` for every fact every hook relies on."""
     out = []
     for name in HOOKS:
@@ -43,7 +43,7 @@ def broken() -> list[str]:
     from nova_imgtype import exception  # noqa: PLC0415 - no cycle at import
 
     out = []
-    for name, fact in facts():
+    for name, fact in all_facts():
         try:
             fact.check()
         except exception.StockFactBroken as e:

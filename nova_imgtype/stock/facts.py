@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import importlib
 import inspect
 import re
@@ -61,23 +62,9 @@ class CallSites:
 
     def found(self) -> set[str]:
         """The functions of the installed ``module`` that match."""
-        source = inspect.getsource(importlib.import_module(self.module))
         regex = re.compile(self.pattern)
-        out: set[str] = set()
-        for node in ast.parse(source).body:
-            if isinstance(node, ast.ClassDef):
-                named = [('%s.%s' % (node.name, f.name), f)
-                         for f in node.body if isinstance(
-                             f, (ast.FunctionDef, ast.AsyncFunctionDef))]
-            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                named = [(node.name, node)]
-            else:
-                continue
-            for name, func in named:
-                segment = ast.get_source_segment(source, func) or ''
-                if regex.search(segment):
-                    out.add(name)
-        return out
+        return {name for name, source in _functions(self.module)
+                if regex.search(source)}
 
     def check(self) -> None:
         """Raise :class:`~nova_imgtype.exception.StockFactBroken` naming
@@ -95,3 +82,27 @@ class CallSites:
 
 
 Fact = SourceFact | CallSites
+
+
+@functools.lru_cache(maxsize=8)
+def _functions(module: str) -> tuple[tuple[str, str], ...]:
+    """``(Class.method or function, its source)`` of each function of the
+    installed ``module``, read once."""
+    source = inspect.getsource(importlib.import_module(module))
+    lines = source.splitlines()
+    out = []
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.ClassDef):
+            named = [('%s.%s' % (node.name, f.name), f) for f in node.body
+                     if isinstance(f, (ast.FunctionDef,
+                                       ast.AsyncFunctionDef))]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            named = [(node.name, node)]
+        else:
+            continue
+        for name, func in named:
+            first = min([func.lineno] + [d.lineno
+                                         for d in func.decorator_list])
+            out.append((name, '\n'.join(
+                lines[first - 1:func.end_lineno or func.lineno])))
+    return tuple(out)

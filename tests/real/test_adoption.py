@@ -19,7 +19,7 @@ from lxml import etree
 from nova import objects
 
 from nova_imgtype.testing import libvirtd as real
-from nova_imgtype.virt.libvirt import pools
+from nova_imgtype.virt.libvirt import pool_specs
 from tests.real.test_guest_written_headers import _legacy_flat
 from tests.real.test_libvirt_storage import pool_driver  # noqa: F401
 from tests.real.test_native_images import MiB
@@ -53,10 +53,10 @@ def test_adoption_takes_the_config_drive_kernel_and_ramdisk(
 
     decision = pool_driver._resolver.recorded(inst)
     assert decision.storage == 'pools'
-    pool = pool_driver._pools.get(pools.DISKS_POOL)
+    pool = pool_driver._pools.get(pool_specs.DISKS_POOL)
     listed = set(pool.listVolumes())
     for name in files:
-        assert pools.volume_name(inst.uuid, name) in listed, name
+        assert pool_specs.volume_name(inst.uuid, name) in listed, name
         assert not os.path.exists(files[name]), name
     # The guest XML names volumes that exist, each in its format.
     for name, dev, fmt in (('disk', 'vda', 'qcow2'),
@@ -65,7 +65,7 @@ def test_adoption_takes_the_config_drive_kernel_and_ramdisk(
         assert xml.find('driver').get('type') == fmt, name
         source = xml.find('source')
         assert source.get('volume', source.get('file', '')).endswith(
-            pools.volume_name(inst.uuid, name)), name
+            pool_specs.volume_name(inst.uuid, name)), name
     config = pool_driver.image_backend.by_name(inst, 'disk.config')
     with open(config.path, 'rb') as f:
         assert f.read(17) == b'CONFIG DRIVE DATA'

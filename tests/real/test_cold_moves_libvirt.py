@@ -26,7 +26,7 @@ from nova.virt.libvirt.volume import remotefs
 
 from nova_imgtype import compat
 from nova_imgtype.testing import libvirtd as real
-from nova_imgtype.virt.libvirt import pools
+from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import remote_storage
 from tests.real.test_libvirt_storage import _boot_disk
 from tests.real.test_libvirt_storage import pool_driver  # noqa: F401
@@ -104,7 +104,7 @@ def test_volumes_and_disk_info_go_through_libvirt(
     # the volume staged in the directory it keeps, disk.info out of sight.
     assert isinstance(seen['remotefs'],
                       remote_storage.LibvirtRemoteFilesystem)
-    name = pools.volume_name(inst.uuid, 'disk')
+    name = pool_specs.volume_name(inst.uuid, 'disk')
     assert seen['files'] == sorted(['disk.info.imgtype-moving', name])
     assert isinstance(pool_driver._remotefs, remotefs.RemoteFilesystem)
     # The volume is in the destination's pool, the same bytes; the source
@@ -114,7 +114,7 @@ def test_volumes_and_disk_info_go_through_libvirt(
         assert f.read() == data
     with open(os.path.join(inst_base + '_resize', name), 'rb') as f:
         assert f.read() == data
-    assert name in pool_driver._pools.get(pools.DISKS_POOL).listVolumes()
+    assert name in pool_driver._pools.get(pool_specs.DISKS_POOL).listVolumes()
     # disk.info too, and the source's is back under its name.
     for d in (inst_base, inst_base + '_resize'):
         with open(os.path.join(d, 'disk.info')) as f:
@@ -147,8 +147,8 @@ def test_a_failed_copy_puts_everything_back(
     assert sorted(os.listdir(inst_base)) == ['disk.info']
     with open(path, 'rb') as f:
         assert f.read() == data
-    name = pools.volume_name(inst.uuid, 'disk')
-    assert name in pool_driver._pools.get(pools.DISKS_POOL).listVolumes()
+    name = pool_specs.volume_name(inst.uuid, 'disk')
+    assert name in pool_driver._pools.get(pool_specs.DISKS_POOL).listVolumes()
 
 
 def test_an_unreachable_destination_touches_nothing(
@@ -258,8 +258,8 @@ def test_a_move_stock_refuses_leaves_the_guest_running_and_nothing_there(
     assert sorted(os.listdir(inst_base)) == ['disk.info']
     with open(path, 'rb') as f:
         assert f.read() == data
-    name = pools.volume_name(inst.uuid, 'disk')
-    assert name in pool_driver._pools.get(pools.DISKS_POOL).listVolumes()
+    name = pool_specs.volume_name(inst.uuid, 'disk')
+    assert name in pool_driver._pools.get(pool_specs.DISKS_POOL).listVolumes()
 
 
 def test_deleting_the_files_of_a_deleted_instance_removes_its_volumes(
@@ -275,10 +275,10 @@ def test_deleting_the_files_of_a_deleted_instance_removes_its_volumes(
     real.make_image(src, 'qcow2', 16 * MiB)
     glance[other_id] = (src, 'qcow2')
     other, other_disk = _boot_disk(pool_driver, other_id, 'qcow2')
-    pool = pool_driver._pools.get(pools.DISKS_POOL)
-    name = pools.volume_name(inst.uuid, 'disk')
+    pool = pool_driver._pools.get(pool_specs.DISKS_POOL)
+    name = pool_specs.volume_name(inst.uuid, 'disk')
     # A volume of the instance that a failed move left in the pool.
-    pool_driver._pools.create_empty(pool, pools.volume_name(
+    pool_driver._pools.create_empty(pool, pool_specs.volume_name(
         inst.uuid, 'disk.local'), 'raw', MiB)
     assert name in pool.listVolumes()
 
@@ -288,5 +288,5 @@ def test_deleting_the_files_of_a_deleted_instance_removes_its_volumes(
     assert not os.path.exists(path)
     left = pool.listVolumes()
     assert not [v for v in left if v.startswith(inst.uuid)]
-    assert pools.volume_name(other.uuid, 'disk') in left
+    assert pool_specs.volume_name(other.uuid, 'disk') in left
     assert os.path.exists(other_disk.path)

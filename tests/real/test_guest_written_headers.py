@@ -28,7 +28,7 @@ from nova.virt.libvirt import utils as libvirt_utils
 from nova_imgtype import compat
 from nova_imgtype.testing import libvirtd as real
 from nova_imgtype.virt.libvirt import live_migration
-from nova_imgtype.virt.libvirt import pools
+from nova_imgtype.virt.libvirt import pool_specs
 from tests.real.test_libvirt_storage import _boot_disk
 from tests.real.test_libvirt_storage import pool_driver  # noqa: F401
 from tests.real.test_native_images import MiB
@@ -85,7 +85,7 @@ def _mapping(dev):
 
 
 def _refresh(drv):
-    drv._pools.get(pools.DISKS_POOL).refresh(0)
+    drv._pools.get(pool_specs.DISKS_POOL).refresh(0)
 
 
 def _libvirt_reads(vol):

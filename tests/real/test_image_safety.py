@@ -26,8 +26,10 @@ from nova.virt.libvirt import imagecache as nova_imagecache
 from nova.virt.libvirt import utils as libvirt_utils
 
 from nova_imgtype.testing import crafted_images as crafted
+from nova_imgtype.testing import drivers
 from nova_imgtype.testing import libvirtd as real
 from nova_imgtype.testing.cinder import Cinder
+from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import pools
 from nova_imgtype.virt.libvirt import storage
 from nova_imgtype.virt.libvirt.template_handlers import volume_linking
@@ -113,10 +115,10 @@ def on_path(driver, conf, serve, tmp_path, request,  # noqa: F811
         svc = serve(ImageService(path, claimed, locations=locations))
         drv = driver(**flags)
         if flags.get('use_storage_pools'):
-            drv._pools = drv.image_backend.pools = pools.StoragePools(
-                lambda: libvirt_conn)
+            drivers.use_pools(drv, pools.StoragePools(
+                lambda: libvirt_conn))
             made.extend(drv._pools.ensure(spec) for spec in
-                        pools.default_specs(conf.conf.instances_path))
+                        pool_specs.default_specs(conf.conf.instances_path))
         if handler == 'volume-based-linking':
             drv._template_handler.volume_api = Cinder(path)
         return drv, svc

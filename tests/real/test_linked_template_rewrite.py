@@ -26,8 +26,10 @@ from nova.virt.libvirt import utils as libvirt_utils
 
 from nova_imgtype import exception
 from nova_imgtype import record as record_mod
+from nova_imgtype.testing import drivers
 from nova_imgtype.testing import libvirtd as real
 from nova_imgtype.testing.cinder import Cinder
+from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import pools
 from nova_imgtype.virt.libvirt import storage
 from nova_imgtype.virt.libvirt.template_handlers import volume_linking
@@ -273,9 +275,9 @@ def test_a_rewritten_linked_template_makes_no_pool_volume(
     device, chunks, svc, drv, _cinder = _linked_volume(
         driver, conf, serve, tmp_path, images_type=images_type,
         use_storage_pools=True)
-    drv._pools = drv.image_backend.pools = pools.StoragePools(
-        lambda: libvirt_conn)
-    made = [drv._pools.ensure(spec) for spec in pools.host_specs(
+    drivers.use_pools(drv, pools.StoragePools(
+        lambda: libvirt_conn))
+    made = [drv._pools.ensure(spec) for spec in pool_specs.host_specs(
         conf.conf, drv._resolver.pool_backends())]
     try:
         first = _root_disk(drv, _instance(drv, svc.image_id, 'raw'),
@@ -292,12 +294,12 @@ def test_a_rewritten_linked_template_makes_no_pool_volume(
             _root_disk(drv, inst, svc.image_id)
         disks = drv._pools.get(drv._resolver.decision_for(inst).pool)
         assert drv._pools.find_volume(
-            disks, pools.volume_name(inst.uuid, 'disk')) is None
+            disks, pool_specs.volume_name(inst.uuid, 'disk')) is None
         assert _files_holding(conf.conf.instances_path, MARKER) == []
         assert MARKER not in _guest_data(first.path, fmt, tmp_path)
     finally:
         for pool in made:
-            if pool.name() != pools.BASE_POOL:
+            if pool.name() != pool_specs.BASE_POOL:
                 for vol in pool.listAllVolumes(0):
                     vol.delete(0)
             pool.destroy()

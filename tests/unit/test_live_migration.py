@@ -19,7 +19,7 @@ from oslo_serialization import jsonutils
 
 from nova_imgtype.stock import migration_xml
 from nova_imgtype.virt.libvirt import live_migration as lm
-from nova_imgtype.virt.libvirt import pools
+from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import remote_storage
 from nova_imgtype.virt.libvirt import resolver as resolver_mod
 from tests.unit.test_driver import STOCK
@@ -272,18 +272,18 @@ def test_destination_with_pools_makes_volumes(make_driver,  # noqa: F811
                                _migrate_data())
     # Stock made the overlays under the decision this host gives it...
     assert (seen['decision'].storage, seen['decision'].pool) == (
-        resolver_mod.POOLS, pools.DISKS_POOL)
+        resolver_mod.POOLS, pool_specs.DISKS_POOL)
     assert [i['path'].rsplit('/', 1)[1] for i in seen['disk_info']] == [
         'disk.eph0']
     # ...the empty disk is a volume of the pool, as large as the source's.
-    vol = drv._pools.find_volume(drv._pools.get(pools.DISKS_POOL),
+    vol = drv._pools.find_volume(drv._pools.get(pool_specs.DISKS_POOL),
                                  '%s_disk' % inst.uuid)
     assert vol is not None and vol.info()[1] == 1 << 20
     # Nothing recorded as the instance's decision yet; the arrival is.
     assert drv._resolver.recorded(inst).storage == resolver_mod.LEGACY
     assert drv._resolver.recorded_arrival(inst, 'host1') == (
-        resolver_mod.POOLS, pools.pool_target(drv._pools.get(
-            pools.DISKS_POOL)))
+        resolver_mod.POOLS, pool_specs.pool_target(drv._pools.get(
+            pool_specs.DISKS_POOL)))
     inst.save.assert_called_once()
     # ...and kept by this host, whatever a save elsewhere does to it.
     assert drv._arrivals[inst.uuid].storage == resolver_mod.POOLS
@@ -403,7 +403,7 @@ def test_rollback_removes_what_the_destination_made(
     drv = _pool_driver(make_driver, test_pools, images_type='qcow2',
                        use_storage_pools=True)
     inst = _instance(imgtype_backend='flat', imgtype_storage='legacy')
-    disks = drv._pools.get(pools.DISKS_POOL)
+    disks = drv._pools.get(pool_specs.DISKS_POOL)
     drv._pools.create_empty(disks, '%s_disk' % inst.uuid, 'raw', 1 << 20)
     fresh = _instance(**dict(inst.system_metadata))
     drv._resolver.record_arrival(fresh, 'host1', drv._resolver.arrival(
@@ -488,7 +488,7 @@ def test_live_migration_source_check_by_pool_type(
     with mock.patch.object(drv, '_instance_pool'), \
             mock.patch.object(objects.MigrationList, 'get_by_filters',
                               return_value=[]), \
-            mock.patch('nova_imgtype.virt.libvirt.pools.pool_type',
+            mock.patch('nova_imgtype.virt.libvirt.pool_specs.pool_type',
                        return_value=kind), \
             mock.patch.object(STOCK, 'check_can_live_migrate_source',
                               return_value='checked') as stock:
@@ -518,7 +518,7 @@ def test_shared_rbd_volumes_are_recorded_in_this_hosts_pool(
                                                None)
     got = drv._resolver.recorded(inst)
     assert (got.backend, got.storage, got.pool) == (
-        'rbd', resolver_mod.POOLS, pools.DISKS_POOL)
+        'rbd', resolver_mod.POOLS, pool_specs.DISKS_POOL)
 
 
 def _probed_volume(path, probed, backing='', capacity=1 << 30):

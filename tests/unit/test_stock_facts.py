@@ -32,7 +32,7 @@ def _hooks():
 
 
 def _facts():
-    return stock.facts()
+    return stock.all_facts()
 
 
 def test_every_module_of_the_package_is_a_listed_hook():

@@ -154,6 +154,11 @@ def _touched():
                 if (isinstance(sub, ast.Attribute) and
                         isinstance(sub.value, (ast.Name, ast.Call))):
                     names.add(sub.attr)
+            for sub in node.body:
+                # A class attribute replacing stock's (a descriptor).
+                if isinstance(sub, ast.Assign):
+                    names.update(t.id for t in sub.targets
+                                 if isinstance(t, ast.Name))
             for name in names:
                 if not name.startswith('_') or name.startswith('__'):
                     continue

@@ -40,7 +40,9 @@ from nova_imgtype.virt.libvirt import driver_moves
 from nova_imgtype.virt.libvirt import driver_pools
 from nova_imgtype.virt.libvirt import imagebackend
 from nova_imgtype.virt.libvirt import imagecache
+from nova_imgtype.virt.libvirt import instance_disks
 from nova_imgtype.virt.libvirt import mapping as mapping_mod
+from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import pools as pools_mod
 from nova_imgtype.virt.libvirt import resolver as resolver_mod
 from nova_imgtype.virt.libvirt import template_handlers
@@ -90,8 +92,10 @@ class LibvirtDriver(driver_images.Images, driver_live.LiveMigration,
         self._pools = pools_mod.StoragePools(self._storage_connection)
         self.image_backend = imagebackend.Backend(
             CONF.use_cow_images, self._resolver, CONF, pools=self._pools)
+        self._disks = instance_disks.InstanceDisks(
+            self._resolver, self._pools, self.image_backend, CONF)
         self.image_cache_manager = imagecache.ImageCacheManager(
-            self._pool_backing_paths, self._template_handler)
+            self._disks.pool_backing_paths, self._template_handler)
         #: Instances whose disks this host made for a live migration
         #: arriving here (pre_live_migration), until it ends: this host's
         #: own knowledge, which no save of the instance elsewhere drops.
@@ -134,7 +138,7 @@ class LibvirtDriver(driver_images.Images, driver_live.LiveMigration,
         if CONF.libvirt.use_storage_pools:
             # Found again when they exist; a conflicting definition is an
             # error that stops nova-compute, never a silent redefinition.
-            for spec in pools_mod.host_specs(
+            for spec in pool_specs.host_specs(
                     CONF, self._resolver.pool_backends()):
                 self._pools.ensure(spec)
             self._log_legacy_instances(host)

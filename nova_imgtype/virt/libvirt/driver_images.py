@@ -33,7 +33,7 @@ from nova_imgtype import exception
 from nova_imgtype import record as record_mod
 from nova_imgtype.virt.libvirt import backends
 from nova_imgtype.virt.libvirt import imagecache
-from nova_imgtype.virt.libvirt import pools as pools_mod
+from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import resolver as resolver_mod
 from nova_imgtype.virt.libvirt import storage_rbd
 from nova_imgtype.virt.libvirt.template_handlers import base as handlers
@@ -287,8 +287,8 @@ class Images(libvirt_driver.LibvirtDriver):
             return
         base_dir = os.path.join(CONF.instances_path,
                                 CONF.image_cache.subdirectory_name)
-        for spec in pools_mod.host_specs(CONF,
-                                         self._resolver.pool_backends()):
+        for spec in pool_specs.host_specs(CONF,
+                                          self._resolver.pool_backends()):
             if spec.type != 'rbd':
                 continue
             try:

@@ -29,7 +29,7 @@ from nova_imgtype import record as record_mod
 from nova_imgtype import traits
 from nova_imgtype.stock import migration_xml
 from nova_imgtype.virt.libvirt import live_migration
-from nova_imgtype.virt.libvirt import pools as pools_mod
+from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import remote_storage
 from nova_imgtype.virt.libvirt import resolver as resolver_mod
 
@@ -84,7 +84,7 @@ class LiveMigration(libvirt_driver.LibvirtDriver):
         if decision.storage == resolver_mod.POOLS:
             # dir volumes are copied (block migration); rbd ones are shared
             # by every host of the cluster and stay where they are.
-            kind = pools_mod.pool_type(self._instance_pool(instance))
+            kind = pool_specs.pool_type(self._instance_pool(instance))
             if kind not in ('dir', 'rbd'):
                 reason = exception.NotSupportedOnPools(
                     operation='Live migration of disks on %s pools' % kind,
@@ -154,7 +154,7 @@ class LiveMigration(libvirt_driver.LibvirtDriver):
 
     def _local_volume(self, instance: objects.Instance,
                       disk: live_migration.LocalDisk) -> Any:
-        name = pools_mod.volume_name(instance.uuid, disk.name)
+        name = pool_specs.volume_name(instance.uuid, disk.name)
         vol = self._pools.find_volume(self._pools.get(disk.pool), name)
         if vol is None:
             raise exception.VolumeNotFound(pool=disk.pool, volume=name)
@@ -205,10 +205,10 @@ class LiveMigration(libvirt_driver.LibvirtDriver):
             result = super().pre_live_migration(*args, **kwargs)
             if arrival.storage == resolver_mod.POOLS:
                 pool = self._pools.get(arrival.pool)
-                directory = pools_mod.pool_target(pool)
+                directory = pool_specs.pool_target(pool)
                 for info in empty:
                     self._pools.create_empty(
-                        pool, pools_mod.volume_name(
+                        pool, pool_specs.volume_name(
                             instance.uuid, os.path.basename(info['path'])),
                         info['type'], info['virt_disk_size'])
         self._arrivals[instance.uuid] = arrival

@@ -26,7 +26,7 @@ from nova_imgtype import traits
 from nova_imgtype.stock import disk_info_file
 from nova_imgtype.virt.libvirt import driver_transfers
 from nova_imgtype.virt.libvirt import pool_dir as pool_dir_mod
-from nova_imgtype.virt.libvirt import pools as pools_mod
+from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import resolver as resolver_mod
 
 LOG = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ class ColdMoves(driver_transfers.Transfers):
         dest_pools = self._check_destination_serves(call['context'],
                                                     instance)
         decision = self._resolver.decision_for(instance)
-        if decision.storage != resolver_mod.POOLS or pools_mod.pool_type(
+        if decision.storage != resolver_mod.POOLS or pool_specs.pool_type(
                 self._pools.get(decision.pool)) != 'dir':
             # Legacy disks, or volumes on shared storage (rbd) that the
             # destination finds in its own pool of the same name.

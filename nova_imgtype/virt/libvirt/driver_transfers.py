@@ -31,7 +31,7 @@ from nova_imgtype.stock import disk_info_file
 from nova_imgtype.stock import remote_filesystem
 from nova_imgtype.stock import withheld_disks
 from nova_imgtype.virt.libvirt import pool_dir as pool_dir_mod
-from nova_imgtype.virt.libvirt import pools as pools_mod
+from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import remote_storage
 
 LOG = logging.getLogger(__name__)
@@ -177,7 +177,7 @@ class Transfers(libvirt_driver.LibvirtDriver):
             remote: remote_storage.LibvirtRemoteFilesystem,
             made: bool) -> str:
         pool = self._instance_pool(instance)
-        pool_dir = pools_mod.pool_target(pool)
+        pool_dir = pool_specs.pool_target(pool)
         inst_base = libvirt_utils.get_instance_path(instance)
         inst_base_resize = inst_base + '_resize'
         # Each volume in its recorded format, never the one libvirt probes

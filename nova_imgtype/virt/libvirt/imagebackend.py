@@ -30,6 +30,7 @@ from nova_imgtype import record as record_mod
 from nova_imgtype.stock import backend_scope
 from nova_imgtype.virt.libvirt import backends
 from nova_imgtype.virt.libvirt import config_drive
+from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import pools as pools_mod
 from nova_imgtype.virt.libvirt import resolver as resolver_mod
 from nova_imgtype.virt.libvirt import storage
@@ -94,9 +95,11 @@ class Backend(imagebackend.Backend):
             return storage.LibvirtStorage
         try:
             kind = self.pools.definition(self.pools.get(pool)).type
-        except exception.StorageException:
+        except (exception.PoolNotFound, exception.PoolInactive):
+            # Not here (a libvirt that does not answer raises: nothing is
+            # known of the pool, least of all that it is not shared).
             return (storage_rbd.RbdStorage
-                    if pools_mod.is_shared_location(pool)
+                    if pool_specs.is_shared_location(pool)
                     else storage.LibvirtStorage)
         return storage_rbd.RbdStorage if kind == 'rbd' else (
             storage.LibvirtStorage)
@@ -154,7 +157,7 @@ class Backend(imagebackend.Backend):
         if base.startswith(_CONFIG_DISK):
             return True
         if base.startswith(('kernel', 'ramdisk')) and self.pools is not None:
-            return pools_mod.pool_type(self.pools.get(pool)) == 'dir'
+            return pool_specs.pool_type(self.pools.get(pool)) == 'dir'
         return False
 
     @staticmethod

@@ -33,7 +33,7 @@ from typing import Any
 
 from lxml import etree
 
-from nova_imgtype.virt.libvirt import pools as pools_mod
+from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import resolver as resolver_mod
 
 #: The name of an instance's config drive.
@@ -123,7 +123,7 @@ def destination_path(instance_uuid: str, disk: LocalDisk, storage: str,
     """Where the destination made ``disk``: the file
     ``<directory>/<name>`` of a host without pools, the volume
     ``<directory>/{uuid}_{name}`` of its dir pool."""
-    return os.path.join(directory, pools_mod.volume_name(
+    return os.path.join(directory, pool_specs.volume_name(
         instance_uuid, disk.name) if storage == resolver_mod.POOLS
         else disk.name)
 

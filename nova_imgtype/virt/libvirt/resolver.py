@@ -28,7 +28,6 @@ from nova_imgtype.stock import assumed_decision
 from nova_imgtype.virt.libvirt import backends
 from nova_imgtype.virt.libvirt import mapping as mapping_mod
 from nova_imgtype.virt.libvirt import pool_specs
-from nova_imgtype.virt.libvirt import pools as pools_mod
 
 SYSMETA_BACKEND = record_mod.BACKEND
 SYSMETA_NATIVE = record_mod.NATIVE
@@ -39,10 +38,10 @@ POOLS = record_mod.POOLS
 LEGACY = record_mod.LEGACY
 #: Backends that storage pools implement: dir pools for the file formats,
 #: a logical pool for lvm, an rbd pool for rbd.
-POOL_BACKENDS = frozenset(pools_mod.POOL_TYPES)
+POOL_BACKENDS = frozenset(pool_specs.POOL_TYPES)
 #: Backends whose disks are files, or volumes of a dir pool: a live block
 #: migration moves them between the two (the data are copied by libvirt).
-FILE_BACKENDS = frozenset(b for b, t in pools_mod.POOL_TYPES.items()
+FILE_BACKENDS = frozenset(b for b, t in pool_specs.POOL_TYPES.items()
                           if t == 'dir')
 #: The LibvirtStorage backend's own name: mapped, it means "this format,
 #: natively, on storage pools" whatever use_storage_pools says.
@@ -144,7 +143,7 @@ class BackendResolver:
 
     def pool_for(self, backend: str) -> str:
         """The name of this host's disks pool implementing ``backend``."""
-        return pools_mod.disks_pool_spec(self._conf, backend).name
+        return pool_specs.disks_pool_spec(self._conf, backend).name
 
     def with_storage(self, decision: BackendDecision,
                      storage: str) -> BackendDecision:
@@ -153,10 +152,10 @@ class BackendResolver:
         if storage != POOLS:
             return dataclasses.replace(decision, storage=storage, pool='',
                                        pool_location='')
-        spec = pools_mod.disks_pool_spec(self._conf, decision.backend)
+        spec = pool_specs.disks_pool_spec(self._conf, decision.backend)
         return dataclasses.replace(
             decision, storage=storage, pool=spec.name,
-            pool_location=pools_mod.location_key(spec))
+            pool_location=pool_specs.location_key(spec))
 
     def pool_backends(self) -> list[str]:
         """Backends this host makes pool volumes for (images_type first)."""
@@ -174,9 +173,9 @@ class BackendResolver:
         ``images_type``'s and its mapping's); files otherwise, as stock
         makes them (an instance of a file backend unshelved or arriving on
         a host whose only pool is rbd)."""
-        here = {pools_mod.POOL_TYPES[b] for b in self.pool_backends()}
+        here = {pool_specs.POOL_TYPES[b] for b in self.pool_backends()}
         return (POOLS if backend in POOL_BACKENDS and
-                pools_mod.POOL_TYPES[backend] in here else LEGACY)
+                pool_specs.POOL_TYPES[backend] in here else LEGACY)
 
     def plan(self, disk_format: str) -> FormatPlan:
         """What a new instance booted from a ``disk_format`` image gets."""
@@ -244,7 +243,7 @@ class BackendResolver:
             return assumed
         # Pool instances recorded before pool names were: nova-disks-pool.
         decision = record_mod.read(instance.system_metadata,
-                                   pools_mod.DISKS_POOL)
+                                   pool_specs.DISKS_POOL)
         if (decision is None or not decision.pool_location or
                 self._locate is None):
             return decision
@@ -270,7 +269,7 @@ class BackendResolver:
         serves them here as it serves its own.
         """
         if (decision.storage != POOLS or decision.backend != 'rbd' or
-                not pools_mod.is_shared_location(decision.pool_location) or
+                not pool_specs.is_shared_location(decision.pool_location) or
                 'rbd' in self.pool_backends()):
             return False
         if 'rbd' not in (self.default_backend(), *self.mapping.values()):
@@ -279,8 +278,8 @@ class BackendResolver:
                self._conf.libvirt.images_rbd_ceph_conf)
         here = self._rbd_locations.get(key)
         if here is None:
-            here = self._rbd_locations[key] = pools_mod.location_key(
-                pools_mod.disks_pool_spec(self._conf, 'rbd'))
+            here = self._rbd_locations[key] = pool_specs.location_key(
+                pool_specs.disks_pool_spec(self._conf, 'rbd'))
         return pool_specs.same_storage(here, decision.pool_location)
 
     @staticmethod

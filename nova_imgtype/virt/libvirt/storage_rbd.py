@@ -31,6 +31,7 @@ from oslo_log import log as logging
 from oslo_serialization import jsonutils
 
 from nova_imgtype import exception
+from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import pools as pools_mod
 from nova_imgtype.virt.libvirt import storage
 
@@ -80,7 +81,7 @@ class RbdStorage(storage.LibvirtStorage):
         """The cached template's copy in the rbd pool: uploaded once in the
         cluster (:meth:`StoragePools.upload_rbd_template`), one upload at a
         time per host under an external lock."""
-        name = pools_mod.RBD_TEMPLATE_PREFIX + os.path.basename(base)
+        name = pool_specs.RBD_TEMPLATE_PREFIX + os.path.basename(base)
         found = self.pools.find_volume(disks, name)
         if found is not None:
             return found
@@ -162,7 +163,7 @@ class RbdStorage(storage.LibvirtStorage):
         disk = imagebackend.Image.libvirt_info(
             self, cache_mode, extra_specs, boot_order=boot_order,
             disk_unit=disk_unit)
-        source = pools_mod.pool_source(self.pools.get(self.pool_name))
+        source = pool_specs.pool_source(self.pools.get(self.pool_name))
         disk.source_type = 'network'
         disk.source_protocol = 'rbd'
         disk.source_path = None
@@ -210,11 +211,11 @@ def remove_unused_templates(pools: pools_mod.StoragePools, pool: Any,
     :returns: the names removed.
     """
     now = time.time() if now is None else now
-    ceph_pool = pools_mod.pool_source(pool).source
+    ceph_pool = pool_specs.pool_source(pool).source
     removed = []
-    for vol in list(pools.volumes(pool, pools_mod.RBD_TEMPLATE_PREFIX)):
+    for vol in list(pools.volumes(pool, pool_specs.RBD_TEMPLATE_PREFIX)):
         name = vol.name()
-        cached = name[len(pools_mod.RBD_TEMPLATE_PREFIX):]
+        cached = name[len(pool_specs.RBD_TEMPLATE_PREFIX):]
         if '.part-' in name or os.path.exists(os.path.join(base_dir,
                                                            cached)):
             continue

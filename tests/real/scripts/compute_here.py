@@ -22,6 +22,7 @@ from nova.tests import fixtures as nova_fixtures  # noqa: E402
 from nova.virt import fake  # noqa: E402
 
 import nova_imgtype.conf  # noqa: E402, F401  (registers our options)
+from nova_imgtype.testing import drivers  # noqa: E402
 from nova_imgtype.virt.libvirt import driver as imgtype_driver  # noqa: E402
 from nova_imgtype.virt.libvirt import pools  # noqa: E402
 
@@ -39,5 +40,5 @@ def driver(uri: str, instances_path: str) -> imgtype_driver.LibvirtDriver:
     nova_fixtures.LibvirtFixture().setUp()
     drv = imgtype_driver.LibvirtDriver(fake.FakeVirtAPI(), False)
     conn = libvirt.open(uri)
-    drv._pools = drv.image_backend.pools = pools.StoragePools(lambda: conn)
+    drivers.use_pools(drv, pools.StoragePools(lambda: conn))
     return drv
