@@ -12,15 +12,14 @@ which runs the step :func:`armed` holds in this thread, once.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 from collections.abc import Callable
 from collections.abc import Iterator
 
 from nova_imgtype.stock.facts import CallSites
 from nova_imgtype.stock.facts import SourceFact
+from nova_imgtype.stock.thread_value import ThreadValue
 
-_STEP: contextvars.ContextVar[Callable[[], None] | None] = (
-    contextvars.ContextVar('nova_imgtype_after_power_off', default=None))
+_STEP: ThreadValue[Callable[[], None]] = ThreadValue('after_power_off')
 
 FACTS = (
     SourceFact(
@@ -44,16 +43,13 @@ FACTS = (
 def armed(step: Callable[[], None]) -> Iterator[None]:
     """Within the block, in this thread, the next :func:`fire` runs
     ``step``."""
-    token = _STEP.set(step)
-    try:
+    with _STEP.bound(step):
         yield
-    finally:
-        _STEP.reset(token)
 
 
 def fire() -> None:
     """Run the armed step, once (after stock's power off)."""
     step = _STEP.get()
     if step is not None:
-        _STEP.set(None)
+        _STEP.clear()
         step()

@@ -15,14 +15,13 @@ nothing.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 from collections.abc import Iterator
 from typing import Any
 
 from nova_imgtype.stock.facts import SourceFact
+from nova_imgtype.stock.thread_value import ThreadValue
 
-_ASSUMED: contextvars.ContextVar[tuple[str, Any] | None] = (
-    contextvars.ContextVar('nova_imgtype_assumed_decision', default=None))
+_ASSUMED: ThreadValue[tuple[str, Any]] = ThreadValue('assumed_decision')
 
 _DRIVER = 'nova.virt.libvirt.driver:LibvirtDriver.'
 
@@ -51,11 +50,8 @@ FACTS = (
 def assumed(instance_uuid: str, decision: Any) -> Iterator[None]:
     """Within the block, in this thread, ``instance_uuid``'s decision is
     ``decision``."""
-    token = _ASSUMED.set((instance_uuid, decision))
-    try:
+    with _ASSUMED.bound((instance_uuid, decision)):
         yield
-    finally:
-        _ASSUMED.reset(token)
 
 
 def get(instance_uuid: str) -> Any | None:

@@ -15,14 +15,13 @@ question the plugin must answer for its instance, and fails a test.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 from collections.abc import Iterator
 from typing import Any
 
 from nova_imgtype.stock.facts import CallSites
+from nova_imgtype.stock.thread_value import ThreadValue
 
-_SCOPED: contextvars.ContextVar[Any | None] = contextvars.ContextVar(
-    'nova_imgtype_scoped_instance', default=None)
+_SCOPED: ThreadValue[Any] = ThreadValue('scoped_instance')
 
 FACTS = (
     CallSites(
@@ -42,11 +41,8 @@ FACTS = (
 def scoped(instance: Any) -> Iterator[None]:
     """Within the block, in this thread, a type-less ``backend()`` means
     ``instance``'s backend."""
-    token = _SCOPED.set(instance)
-    try:
+    with _SCOPED.bound(instance):
         yield
-    finally:
-        _SCOPED.reset(token)
 
 
 def current() -> Any | None:

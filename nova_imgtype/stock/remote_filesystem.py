@@ -15,14 +15,13 @@ stock's).
 from __future__ import annotations
 
 import contextlib
-import contextvars
 from collections.abc import Iterator
 from typing import Any
 
 from nova_imgtype.stock.facts import CallSites
+from nova_imgtype.stock.thread_value import ThreadValue
 
-_REMOTE: contextvars.ContextVar[Any | None] = contextvars.ContextVar(
-    'nova_imgtype_remotefs', default=None)
+_REMOTE: ThreadValue[Any] = ThreadValue('remotefs')
 
 FACTS = (
     CallSites(
@@ -40,11 +39,8 @@ FACTS = (
 def using(remote: Any) -> Iterator[None]:
     """Within the block, in this thread, stock's remote filesystem is
     ``remote``."""
-    token = _REMOTE.set(remote)
-    try:
+    with _REMOTE.bound(remote):
         yield
-    finally:
-        _REMOTE.reset(token)
 
 
 def current() -> Any | None:

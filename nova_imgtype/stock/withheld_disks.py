@@ -12,17 +12,16 @@ the disks itself.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 from collections.abc import Iterator
 from typing import Any
 
 from nova_imgtype.stock.facts import CallSites
 from nova_imgtype.stock.facts import SourceFact
+from nova_imgtype.stock.thread_value import ThreadValue
 
 DiskInfo = list[dict[str, Any]]
 
-_WITHHELD: contextvars.ContextVar[DiskInfo | None] = (
-    contextvars.ContextVar('nova_imgtype_withheld', default=None))
+_WITHHELD: ThreadValue[DiskInfo] = ThreadValue('withheld')
 
 FACTS = (
     SourceFact(
@@ -48,12 +47,8 @@ FACTS = (
 def withholding() -> Iterator[DiskInfo]:
     """Within the block, in this thread, the disks stock lists are
     withheld from it: the list it yields gets them."""
-    withheld: DiskInfo = []
-    token = _WITHHELD.set(withheld)
-    try:
+    with _WITHHELD.bound([]) as withheld:
         yield withheld
-    finally:
-        _WITHHELD.reset(token)
 
 
 def active() -> bool:

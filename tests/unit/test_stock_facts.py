@@ -23,7 +23,7 @@ from tests.unit.test_driver import _instance
 from tests.unit.test_driver import make_driver  # noqa: F401 - fixture
 
 #: Modules of the package that are not hooks.
-NOT_HOOKS = {'facts'}
+NOT_HOOKS = {'facts', 'thread_value'}
 
 
 def _hooks():
