@@ -21,7 +21,6 @@ from nova import objects
 from nova import utils
 from nova.compute import vm_states
 from nova.i18n import _
-from nova.virt import driver as virt_driver
 from nova.virt.libvirt import driver as libvirt_driver
 from nova.virt.libvirt import utils as libvirt_utils
 from oslo_config import cfg
@@ -31,17 +30,15 @@ import nova_imgtype.conf
 from nova_imgtype import compat
 from nova_imgtype import exception
 from nova_imgtype import record as record_mod
-from nova_imgtype import traits
 from nova_imgtype.stock import config_drive_link
-from nova_imgtype.virt.libvirt import backends
 from nova_imgtype.virt.libvirt import driver_images
 from nova_imgtype.virt.libvirt import driver_live
 from nova_imgtype.virt.libvirt import driver_moves
 from nova_imgtype.virt.libvirt import driver_pools
+from nova_imgtype.virt.libvirt import host_traits
 from nova_imgtype.virt.libvirt import imagebackend
 from nova_imgtype.virt.libvirt import imagecache
 from nova_imgtype.virt.libvirt import instance_disks
-from nova_imgtype.virt.libvirt import mapping as mapping_mod
 from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import pools as pools_mod
 from nova_imgtype.virt.libvirt import resolver as resolver_mod
@@ -100,28 +97,14 @@ class LibvirtDriver(driver_images.Images, driver_live.LiveMigration,
         #: arriving here (pre_live_migration), until it ends: this host's
         #: own knowledge, which no save of the instance elsewhere drops.
         self._arrivals: dict[str, resolver_mod.BackendDecision] = {}
-        self._update_image_type_capabilities()
+        self._host_traits = host_traits.HostTraits(self._resolver, CONF)
+        self.capabilities.update(self._host_traits.image_type_capabilities())
         if mapping:
             LOG.info('Image backends per image format: %s; other formats '
                      'use images_type=%s', mapping,
                      self._resolver.default_backend())
 
     # -- host ---------------------------------------------------------------
-
-    def _update_image_type_capabilities(self) -> None:
-        """Report image-format capabilities that follow the mapping, and
-        decide our custom traits, from the config nova-compute started
-        with (as stock's capabilities are)."""
-        supported = self._resolver.supported_formats()
-        for fmt in mapping_mod.SOURCE_FORMATS:
-            key = 'supports_image_type_%s' % fmt
-            if key in virt_driver.CAPABILITY_TRAITS_MAP:
-                self.capabilities[key] = fmt in supported
-        excluded = set(CONF.compute.image_type_exclude_list)
-        self._custom_traits = frozenset(
-            {traits.backend_trait(b) for b in self.served_backends()} |
-            {traits.native_trait(f) for f in self._resolver.native_formats()
-             if f not in excluded})
 
     def init_host(self, *args: Any, **kwargs: Any) -> None:
         host: str = compat.driver('init_host', self, args, kwargs)['host']
@@ -161,24 +144,14 @@ class LibvirtDriver(driver_images.Images, driver_live.LiveMigration,
 
     def served_backends(self) -> list[str]:
         """Every registered backend this host can serve."""
-        return [name for name in backends.names()
-                if backends.host_support_error(name, CONF) is None]
+        return self._host_traits.served_backends()
 
     def update_provider_tree(self, *args: Any, **kwargs: Any) -> None:
         call = compat.driver('update_provider_tree', self, args, kwargs)
-        provider_tree: Any = call['provider_tree']
-        nodename: str = call['nodename']
         super().update_provider_tree(*args, **kwargs)
         # COMPUTE_IMAGE_TYPE_* follow self.capabilities (the resource
-        # tracker adds and removes them); our custom ones are set here,
-        # stale ones (after a config change) removed.
-        wanted = set(self._custom_traits)
-        stale = {t for t in provider_tree.data(nodename).traits
-                 if traits.ours(t, traits.BACKEND_PREFIX) or
-                 traits.ours(t, traits.NATIVE_PREFIX)} - wanted
-        if stale:
-            provider_tree.remove_traits(nodename, *stale)
-        provider_tree.add_traits(nodename, *wanted)
+        # tracker adds and removes them); our custom ones are set here.
+        self._host_traits.update(call['provider_tree'], call['nodename'])
 
     # -- instance lifecycle ---------------------------------------------------
 
