@@ -18,9 +18,6 @@ from typing import Any
 from nova import context as nova_context
 from nova import exception as nova_exception
 from nova import objects
-from nova import utils
-from nova.compute import vm_states
-from nova.i18n import _
 from nova.virt.libvirt import driver as libvirt_driver
 from nova.virt.libvirt import utils as libvirt_utils
 from oslo_config import cfg
@@ -29,7 +26,6 @@ from oslo_log import log as logging
 import nova_imgtype.conf
 from nova_imgtype import compat
 from nova_imgtype import exception
-from nova_imgtype import record as record_mod
 from nova_imgtype.stock import config_drive_link
 from nova_imgtype.virt.libvirt import driver_images
 from nova_imgtype.virt.libvirt import driver_live
@@ -39,6 +35,7 @@ from nova_imgtype.virt.libvirt import host_traits
 from nova_imgtype.virt.libvirt import imagebackend
 from nova_imgtype.virt.libvirt import imagecache
 from nova_imgtype.virt.libvirt import instance_disks
+from nova_imgtype.virt.libvirt import instance_record
 from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import pools as pools_mod
 from nova_imgtype.virt.libvirt import resolver as resolver_mod
@@ -46,9 +43,6 @@ from nova_imgtype.virt.libvirt import template_handlers
 
 LOG = logging.getLogger(__name__)
 
-#: The image the instance's disks were last made from: what a refused
-#: rebuild puts back (the API has already replaced ``image_ref``).
-SYSMETA_IMAGE = record_mod.IMAGE
 CONF: cfg.ConfigOpts = nova_imgtype.conf.CONF
 
 
@@ -97,6 +91,8 @@ class LibvirtDriver(driver_images.Images, driver_live.LiveMigration,
         #: arriving here (pre_live_migration), until it ends: this host's
         #: own knowledge, which no save of the instance elsewhere drops.
         self._arrivals: dict[str, resolver_mod.BackendDecision] = {}
+        self._record = instance_record.InstanceRecord(
+            self._resolver, self._disks, self._image_api, CONF)
         self._host_traits = host_traits.HostTraits(self._resolver, CONF)
         self.capabilities.update(self._host_traits.image_type_capabilities())
         if mapping:
@@ -156,69 +152,17 @@ class LibvirtDriver(driver_images.Images, driver_live.LiveMigration,
     # -- instance lifecycle ---------------------------------------------------
 
     def prepare_for_spawn(self, *args: Any, **kwargs: Any) -> None:
-        """Record a build's backend for the image's disk_format, which the
-        compute manager saves with the instance next, before ``spawn``:
-        ``spawn`` then saves it again only if it decided otherwise (the
-        root disk is a volume)."""
-        instance: objects.Instance = compat.driver(
-            'prepare_for_spawn', self, args, kwargs)['instance']
-        if instance.vm_state == vm_states.BUILDING:
-            image_meta = instance.image_meta
-            self._record_build(instance, (
-                image_meta.disk_format if instance.image_ref and
-                image_meta.obj_attr_is_set('disk_format') else None))
+        """A build's backend, recorded for the image's disk_format; the
+        compute manager saves it with the instance before ``spawn``."""
+        self._record.before_prepare(compat.driver(
+            'prepare_for_spawn', self, args, kwargs)['instance'])
         super().prepare_for_spawn(*args, **kwargs)
-
-    def _record_build(self, instance: objects.Instance,
-                      disk_format: str | None
-                      ) -> resolver_mod.BackendDecision:
-        """The resolver's decision for a build of ``disk_format`` on this
-        host, recorded in the instance (not saved)."""
-        decision = self._resolver.decide(disk_format)
-        self._resolver.record(instance, decision)
-        record_mod.set_value(instance, SYSMETA_IMAGE, instance.image_ref)
-        return decision
 
     def spawn(self, *args: Any, **kwargs: Any) -> None:
         call = compat.driver('spawn', self, args, kwargs)
-        instance: objects.Instance = call['instance']
-        image_meta: objects.ImageMeta = call['image_meta']
-        # A build (the first host's, or a reschedule's) decides on this
-        # host; a rebuild, evacuation or unshelve keeps the record.
-        if (self._resolver.recorded(instance) is None or
-                instance.vm_state == vm_states.BUILDING):
-            booted_from_volume = self._is_booted_from_volume(
-                call['block_device_info'])
-            disk_format = (None if booted_from_volume
-                           else image_meta.obj_attr_is_set('disk_format') and
-                           image_meta.disk_format or None)
-            decision = self._record_build(instance, disk_format)
-            # Saved before any disk is made; a build whose record
-            # prepare_for_spawn made and the manager saved has nothing new.
-            if 'system_metadata' in instance.obj_what_changed():
-                instance.save()
-            LOG.info('Image backend %(backend)s chosen for disk_format '
-                     '%(fmt)s (native formats: %(native)s)',
-                     {'backend': decision.backend, 'fmt': disk_format,
-                      'native': ','.join(decision.native_formats) or '-'},
-                     instance=instance)
-        else:
-            # Rebuild, evacuate, unshelve: the recorded backend stays.
-            if instance.vm_state == vm_states.SHELVED_OFFLOADED:
-                self._restore_storage_on_unshelve(instance)
-            self._resolver.ensure_served(instance, CONF.host)
-            self._use_this_hosts_pool(instance)
-            # The config drive is made anew here: where the record says, or
-            # for an instance recorded before it said, as a build's is.
-            decision = self._resolver.decision_for(instance)
-            if not decision.config_drive:
-                made = self._resolver.with_config_drive(decision)
-                if made.config_drive:
-                    record_mod.set_value(instance, record_mod.CONFIG_DRIVE,
-                                         made.config_drive)
-                    instance.save()
-            # Saved by the compute manager once the disks are made.
-            record_mod.set_value(instance, SYSMETA_IMAGE, instance.image_ref)
+        self._record.before_spawn(
+            call['instance'], call['image_meta'],
+            self._is_booted_from_volume(call['block_device_info']))
         super().spawn(*args, **kwargs)
 
     def _on_shared_block_storage(self, instance: objects.Instance) -> bool:
@@ -241,88 +185,15 @@ class LibvirtDriver(driver_images.Images, driver_live.LiveMigration,
             super()._create_configdrive(*args, **kwargs)
 
     def rebuild(self, *args: Any, **kwargs: Any) -> None:
-        """Refuse a rebuild to an image this host cannot use, or of an
-        instance whose recorded storage it does not serve, before the old
-        disk is touched; otherwise stock's rebuild (destroy, spawn).
-
-        Nova schedules no rebuild through request filters, so this is where
-        an image of a format the host does not support (by its traits) is
-        stopped. The instance stays as it was, with a fault naming the
-        format.
-        """
+        """Refuse a rebuild this host cannot do before the old disk is
+        touched (:meth:`.InstanceRecord.check_rebuild`); otherwise stock's
+        rebuild (destroy, spawn), which the compute manager runs when the
+        driver's is not implemented."""
         call = compat.driver('rebuild', self, args, kwargs)
-        image_meta: Any = call['image_meta']
-        disk_format = (image_meta.disk_format
-                       if image_meta.obj_attr_is_set('disk_format') else None)
-        # (reimage_boot_volume comes True from newer API microversions
-        # whatever the root disk is: the root disk decides.)
-        if disk_format and not self._is_booted_from_volume(
-                call['block_device_info']):
-            supported = self._resolver.supported_formats() - set(
-                CONF.compute.image_type_exclude_list)
-            if disk_format not in supported:
-                self._put_back_image(call['context'], call['instance'])
-                raise nova_exception.InstanceFaultRollback(
-                    nova_exception.ImageUnacceptable(
-                        image_id=image_meta.id if image_meta.obj_attr_is_set(
-                            'id') else '',
-                        reason=_('host %(host)s cannot use disk_format '
-                                 '%(fmt)s (it can use: %(ok)s)') % {
-                            'host': CONF.host, 'fmt': disk_format,
-                            'ok': ', '.join(sorted(supported))}))
-        # Stock's rebuild destroys the disks before it spawns, and spawn
-        # refuses an instance whose recorded storage this host no longer
-        # serves (use_storage_pools turned off, an unserved backend): so
-        # it is refused here, before anything is destroyed.
-        try:
-            self._resolver.ensure_served(call['instance'], CONF.host)
-        except exception.BackendNotServedByHost as e:
-            self._put_back_image(call['context'], call['instance'])
-            raise nova_exception.InstanceFaultRollback(e) from e
+        self._record.check_rebuild(
+            call['context'], call['instance'], call['image_meta'],
+            self._is_booted_from_volume(call['block_device_info']))
         raise NotImplementedError()
-
-    def _put_back_image(self, context: Any,
-                        instance: objects.Instance) -> None:
-        """Give a refused rebuild its image back.
-
-        The API saved the new image (``image_ref``, the ``image_*`` system
-        metadata) before the rebuild reached this host; stock's conductor
-        puts them back only on its own NoValidHost. Left so, every later
-        move would be scheduled for the refused image's format.
-        """
-        orig = record_mod.get_value(instance, SYSMETA_IMAGE)
-        if not orig or orig == instance.image_ref:
-            return
-        try:
-            image = self._image_api.get(context, orig)
-        except nova_exception.ImageNotFound:
-            LOG.warning('Image %s of the refused rebuild is gone: only the '
-                        'image_ref is put back', orig, instance=instance)
-        else:
-            for key in [k for k in instance.system_metadata
-                        if k.startswith(utils.SM_IMAGE_PROP_PREFIX)]:
-                del instance.system_metadata[key]
-            instance.system_metadata.update(
-                utils.get_system_metadata_from_image(image, instance.flavor))
-            instance.system_metadata['image_base_image_ref'] = orig
-        instance.image_ref = orig
-        instance.save()
-
-    def _restore_storage_on_unshelve(self,
-                                     instance: objects.Instance) -> None:
-        """Unshelve makes the disks anew: they go where this host keeps
-        new disks of the instance's backend (a legacy instance moves into
-        the pools, a pool instance on a host without pools gets files)."""
-        decision = self._resolver.decision_for(instance)
-        new = self._resolver.made_anew(decision)
-        if new == decision:
-            return
-        self._resolver.record(instance, new)
-        instance.save()
-        LOG.info('Unshelved disks of backend %(backend)s are made as '
-                 '%(storage)s storage (were %(was)s)',
-                 {'backend': decision.backend, 'storage': new.storage,
-                  'was': decision.storage}, instance=instance)
 
     def _cleanup(self, *args: Any, **kwargs: Any) -> None:
         call = compat.driver('_cleanup', self, args, kwargs)
