@@ -17,5 +17,5 @@ from nova_imgtype.virt.libvirt import pools
 def use_pools(driver: Any, storage_pools: pools.StoragePools) -> Any:
     """``driver``, its pools ``storage_pools``."""
     driver._pools = driver.image_backend.pools = storage_pools
-    driver._disks.pools = storage_pools
+    driver._disks.pools = driver._templates.pools = storage_pools
     return driver

@@ -280,7 +280,8 @@ def test_pool_disks_of_a_linked_template_are_private(on_path, conf,  # noqa
     conf.config(template_image_handler='volume-based-linking',
                 group='image_cache')
     from nova_imgtype.virt.libvirt import template_handlers
-    drv._template_handler = template_handlers.load('volume-based-linking')
+    drv._template_handler = drv._templates.handler = template_handlers.load(
+        'volume-based-linking')
     drv._template_handler.volume_api = Cinder(volume)
     svc.meta['locations'] = [{'url': CINDER, 'metadata': {}}]
     disks = [build_root_disk(drv, _instance(drv, svc.image_id, 'raw'),

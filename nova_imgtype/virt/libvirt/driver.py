@@ -39,6 +39,7 @@ from nova_imgtype.virt.libvirt import instance_record
 from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import pools as pools_mod
 from nova_imgtype.virt.libvirt import resolver as resolver_mod
+from nova_imgtype.virt.libvirt import template_cache
 from nova_imgtype.virt.libvirt import template_handlers
 
 LOG = logging.getLogger(__name__)
@@ -91,6 +92,9 @@ class LibvirtDriver(driver_images.Images, driver_live.LiveMigration,
         #: arriving here (pre_live_migration), until it ends: this host's
         #: own knowledge, which no save of the instance elsewhere drops.
         self._arrivals: dict[str, resolver_mod.BackendDecision] = {}
+        self._templates = template_cache.TemplateCache(
+            self._resolver, self.image_backend, self._pools,
+            self._template_handler, self._downloading_handler, CONF)
         self._record = instance_record.InstanceRecord(
             self._resolver, self._disks, self._image_api, CONF)
         self._host_traits = host_traits.HostTraits(self._resolver, CONF)
