@@ -134,7 +134,7 @@ class RbdStorage(storage.LibvirtStorage):
         return imagebackend.Rbd.copy_to_store(self, *args, **kwargs)
 
     def create_image(self, prepare_template: Any, base: str, size: Any,
-                     *args: Any, **kwargs: Any) -> None:
+                     safe: bool = False, *args: Any, **kwargs: Any) -> None:
         """As stock's ``Rbd``: the template is asked for first; stock's
         clone may have made this volume instead (then it is made to the
         size asked, never shrunk), else the template is what it got."""
@@ -143,7 +143,8 @@ class RbdStorage(storage.LibvirtStorage):
             if self.driver.exists(self.rbd_name):
                 self._cloned(base, size)
                 return
-        super().create_image(prepare_template, base, size, *args, **kwargs)
+        super().create_image(prepare_template, base, size, safe, *args,
+                             **kwargs)
 
     def _cloned(self, base: str, size: Any) -> None:
         """The volume stock's clone made: seen by libvirt, checked against
