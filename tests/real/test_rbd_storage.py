@@ -525,6 +525,7 @@ def _root_disk_as_stock_makes_it(drv, image_id, fmt='raw', root_gb=1):
     inst = objects.Instance(
         uuid=str(uuid.uuid4()), image_ref=image_id, task_state=None,
         vm_state='building', trusted_certs=None, migration_context=None,
+        config_drive='',
         flavor=objects.Flavor(root_gb=root_gb, ephemeral_gb=0, swap=0),
         system_metadata={'image_disk_format': fmt})
     drv._resolver.record(inst, drv._resolver.decide(fmt))
