@@ -20,6 +20,7 @@ import libvirt
 import pytest
 from lxml import etree
 from nova import context as nova_context
+from nova import exception as nova_exception
 from nova import objects
 from nova.virt.libvirt import driver as stock_driver
 from nova.virt.libvirt import utils as libvirt_utils
@@ -506,3 +507,107 @@ def test_a_config_drive_is_imported_through_the_hosts_ceph_conf(
         check=True, capture_output=True).stdout
     assert data[32769:32774] == b'CD001'
     assert inst.uuid.encode() in data
+
+
+def _glance_copy_in_ceph(cluster, image_id, path, fsid=None):
+    """Glance's copy of the image in the cluster, as Glance's rbd store
+    keeps it (an image with a protected snapshot ``snap``); its location."""
+    spec = cluster.image_spec(image_id)
+    cluster.rbd('import', '--no-progress', path, spec)
+    cluster.rbd('snap', 'create', spec + '@snap')
+    cluster.rbd('snap', 'protect', spec + '@snap')
+    return 'rbd://%s/%s/%s/snap' % (fsid or cluster.fsid, cluster.pool,
+                                    image_id)
+
+
+def _root_disk_as_stock_makes_it(drv, image_id, fmt='raw', root_gb=1):
+    """Stock's own spawn step for the root disk
+    (``_create_and_inject_local_root``), of an instance recorded as the
+    plugin records a build; the disk it made."""
+    inst = objects.Instance(
+        uuid=str(uuid.uuid4()), image_ref=image_id, task_state=None,
+        vm_state='building', trusted_certs=None, migration_context=None,
+        config_drive='',
+        flavor=objects.Flavor(root_gb=root_gb, ephemeral_gb=0, swap=0),
+        system_metadata={'image_disk_format': fmt})
+    drv._resolver.record(inst, drv._resolver.decide(fmt))
+    mapping = {'disk': {'bus': 'virtio', 'dev': 'vda', 'type': 'disk'}}
+    drv._create_and_inject_local_root(
+        nova_context.get_admin_context(), inst, mapping, False, '',
+        {'image_id': image_id}, None, None)
+    return inst, drv.image_backend.by_name(inst, 'disk')
+
+
+@pytest.fixture
+def glance_locations(monkeypatch, glance):  # noqa: F811
+    """{image_id: location url} the image API gives stock's clone; what
+    was downloaded."""
+    from nova.virt.libvirt import imagebackend as stock_imagebackend
+
+    from nova_imgtype.virt.libvirt.template_handlers import downloading
+
+    urls = {}
+    downloaded = []
+
+    def get(context, image_id, include_locations=False, **kwargs):
+        path, fmt = glance[image_id]
+        meta = {'id': image_id, 'disk_format': fmt,
+                'container_format': 'bare', 'size': os.path.getsize(path)}
+        if include_locations:
+            meta['locations'] = [{'url': urls[image_id], 'metadata': {}}]
+        return meta
+
+    def download(*args, **kwargs):
+        downloaded.append(args[1] if len(args) > 1 else kwargs)
+        raise AssertionError('downloaded')
+
+    from nova.virt import images as nova_images
+    for api in (stock_imagebackend.IMAGE_API, nova_images.IMAGE_API,
+                downloading.IMAGE_API):
+        monkeypatch.setattr(api, 'get', get)
+    for api in (nova_images.IMAGE_API, downloading.IMAGE_API):
+        monkeypatch.setattr(api, 'download', download)
+    return urls, downloaded
+
+
+def test_an_image_glance_keeps_in_this_cluster_is_cloned_as_stock_does(
+        rbd_driver, raw_image, ceph_cluster, glance,  # noqa: F811
+        glance_locations):
+    """Stock's Rbd clones an image whose Glance copy is in its cluster:
+    nothing downloaded, nothing uploaded, the disk an RBD clone of
+    Glance's snapshot. A pool instance's rbd disk is made the same way."""
+    image_id, digest = raw_image
+    urls, downloaded = glance_locations
+    urls[image_id] = _glance_copy_in_ceph(ceph_cluster, image_id,
+                                          glance[image_id][0])
+    inst, disk = _root_disk_as_stock_makes_it(rbd_driver, image_id)
+
+    assert isinstance(disk, storage_rbd.RbdStorage)
+    assert downloaded == []
+    vol = pools.volume_name(inst.uuid, 'disk')
+    info = ceph_cluster.rbd_json('info', ceph_cluster.image_spec(vol))
+    assert (info['parent']['image'], info['parent']['snapshot']) == (
+        image_id, 'snap')
+    assert info['size'] == 1024 * MiB           # the flavor's root disk
+    assert _rbd_head_sha256(ceph_cluster, vol, IMAGE_SIZE) == digest
+    # No template of the plugin's in Ceph, and libvirt lists the volume.
+    assert not [i for i in ceph_cluster.images()
+                if i.startswith(pools.RBD_TEMPLATE_PREFIX)]
+    assert rbd_driver._pools.find_volume(
+        rbd_driver._pools.get(pools.DISKS_POOL), vol) is not None
+
+
+def test_never_download_image_if_on_rbd_is_kept(
+        rbd_driver, raw_image, ceph_cluster, glance, conf,  # noqa: F811
+        glance_locations):
+    """Stock's rule on an rbd host: an image Glance does not keep in this
+    cluster is refused, never downloaded and uploaded."""
+    image_id, _digest = raw_image
+    urls, downloaded = glance_locations
+    urls[image_id] = 'rbd://%s/images/%s/snap' % (uuid.uuid4(), image_id)
+    conf.config(group='workarounds', never_download_image_if_on_rbd=True)
+    with pytest.raises(nova_exception.ImageUnacceptable):
+        _root_disk_as_stock_makes_it(rbd_driver, image_id)
+    assert downloaded == []
+    assert not [i for i in ceph_cluster.images()
+                if i.startswith(pools.RBD_TEMPLATE_PREFIX)]

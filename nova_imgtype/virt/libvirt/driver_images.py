@@ -45,8 +45,10 @@ class Images(libvirt_driver.LibvirtDriver):
     def _try_fetch_image_cache(self, *args: Any, **kwargs: Any) -> None:
         call = compat.driver('_try_fetch_image_cache', self, args, kwargs)
         if call['fetch_func'] is not libvirt_utils.fetch_image:
-            # Kernel, ramdisk (fetch_raw_image) and made-up templates
-            # (ephemeral, swap) stay stock's.
+            # Kernel, ramdisk (fetch_raw_image), made-up templates
+            # (ephemeral, swap) and a disk stock clones from Glance's copy
+            # in its Ceph cluster (an rbd volume: RbdStorage.clone, with
+            # stock's download as its fallback) stay stock's.
             return super()._try_fetch_image_cache(*args, **kwargs)
         fetch_func, filename = self._templates.fetch_plan(
             type(call['image']), call['context'], call['filename'],

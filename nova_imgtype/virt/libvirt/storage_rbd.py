@@ -40,7 +40,16 @@ LOG = logging.getLogger(__name__)
 
 
 class RbdStorage(storage.LibvirtStorage):
-    """A disk on a volume of a libvirt rbd pool (a shared Ceph pool)."""
+    """A disk on a volume of a libvirt rbd pool (a shared Ceph pool).
+
+    An image Glance keeps in this cluster is cloned, as stock's ``Rbd``
+    clones it: ``SUPPORTS_CLONE`` makes stock's spawn try
+    :meth:`clone` (stock's own, into this volume) before it downloads,
+    with stock's rules (raw images only;
+    ``[workarounds]never_download_image_if_on_rbd``).
+    """
+
+    SUPPORTS_CLONE = True
 
     @staticmethod
     def is_shared_block_storage() -> bool:
@@ -100,6 +109,53 @@ class RbdStorage(storage.LibvirtStorage):
         return self.pools.upload_rbd_template(
             pool, name, path, fmt, CONF.libvirt.images_rbd_ceph_conf,
             CONF.libvirt.rbd_user, uploader=CONF.host)
+
+    # -- cloned from Glance's copy in this cluster, as stock's Rbd --------
+
+    @property
+    def driver(self) -> rbd_utils.RBDDriver:
+        """Nova's rbd helper on this volume's Ceph pool (what stock's
+        ``Rbd.clone`` clones into)."""
+        return self._rbd()[0]
+
+    @property
+    def rbd_name(self) -> str:
+        """This volume's RBD image name."""
+        return self._rbd()[1]
+
+    def clone(self, *args: Any, **kwargs: Any) -> Any:
+        """Stock's ``Rbd.clone``: this volume an RBD clone of the image's
+        snapshot Glance keeps in this cluster, or ImageUnacceptable (not
+        raw, not in this cluster), for stock to download it instead."""
+        return imagebackend.Rbd.clone(self, *args, **kwargs)
+
+    def copy_to_store(self, *args: Any, **kwargs: Any) -> Any:
+        """Stock's ``Rbd.copy_to_store`` (Glance copies the image into
+        ``images_rbd_glance_store_name`` for :meth:`clone` to clone)."""
+        return imagebackend.Rbd.copy_to_store(self, *args, **kwargs)
+
+    def create_image(self, prepare_template: Any, base: str, size: Any,
+                     safe: bool = False, *args: Any, **kwargs: Any) -> None:
+        """As stock's ``Rbd``: the template is asked for first; stock's
+        clone may have made this volume instead (then it is made to the
+        size asked, never shrunk), else the template is what it got."""
+        if not self.exists():
+            prepare_template(*args, target=base, **kwargs)
+            if self.driver.exists(self.rbd_name):
+                self._cloned(base, size)
+                return
+        super().create_image(prepare_template, base, size, safe, *args,
+                             **kwargs)
+
+    def _cloned(self, base: str, size: Any) -> None:
+        """The volume stock's clone made: seen by libvirt, checked against
+        the flavor's size (stock's check) and grown to it."""
+        self._pool.refresh(0)
+        cloned = self.driver.size(self.rbd_name)
+        self.verify_base_size(base, size, base_size=cloned)
+        if size and size > cloned:
+            self.driver.resize(self.rbd_name, size)
+        self._made_capacity = max(size or 0, cloned)
 
     def import_file(self, instance: Any, local_file: str,
                     remote_name: str) -> None:
