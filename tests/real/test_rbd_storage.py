@@ -584,7 +584,7 @@ def test_an_image_glance_keeps_in_this_cluster_is_cloned_as_stock_does(
 
     assert isinstance(disk, storage_rbd.RbdStorage)
     assert downloaded == []
-    vol = pools.volume_name(inst.uuid, 'disk')
+    vol = pool_specs.volume_name(inst.uuid, 'disk')
     info = ceph_cluster.rbd_json('info', ceph_cluster.image_spec(vol))
     assert (info['parent']['image'], info['parent']['snapshot']) == (
         image_id, 'snap')
@@ -592,9 +592,9 @@ def test_an_image_glance_keeps_in_this_cluster_is_cloned_as_stock_does(
     assert _rbd_head_sha256(ceph_cluster, vol, IMAGE_SIZE) == digest
     # No template of the plugin's in Ceph, and libvirt lists the volume.
     assert not [i for i in ceph_cluster.images()
-                if i.startswith(pools.RBD_TEMPLATE_PREFIX)]
+                if i.startswith(pool_specs.RBD_TEMPLATE_PREFIX)]
     assert rbd_driver._pools.find_volume(
-        rbd_driver._pools.get(pools.DISKS_POOL), vol) is not None
+        rbd_driver._pools.get(pool_specs.DISKS_POOL), vol) is not None
 
 
 def test_never_download_image_if_on_rbd_is_kept(
@@ -610,4 +610,4 @@ def test_never_download_image_if_on_rbd_is_kept(
         _root_disk_as_stock_makes_it(rbd_driver, image_id)
     assert downloaded == []
     assert not [i for i in ceph_cluster.images()
-                if i.startswith(pools.RBD_TEMPLATE_PREFIX)]
+                if i.startswith(pool_specs.RBD_TEMPLATE_PREFIX)]
