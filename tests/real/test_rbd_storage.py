@@ -19,6 +19,7 @@ from unittest import mock
 import libvirt
 import pytest
 from lxml import etree
+from nova import conf as nova_conf
 from nova import context as nova_context
 from nova import exception as nova_exception
 from nova import objects
@@ -351,14 +352,14 @@ def test_a_snapshot_of_an_rbd_volume_holds_its_data(
 
 def test_a_confirmed_resize_leaves_no_snapshot(rbd_driver, raw_image,
                                                ceph_cluster):
-    """Stock's confirm removes the resize snapshot only when the host's
-    own backend clones; the plugin removes an rbd pool volume's."""
+    """Stock's confirm removes the resize snapshot of a root disk whose
+    backend clones: an rbd pool volume's (RbdStorage clones)."""
     image_id, _digest = raw_image
     inst, disk = _boot_disk(rbd_driver, image_id, 'raw')
     spec = ceph_cluster.image_spec(pool_specs.volume_name(inst.uuid, 'disk'))
     ceph_cluster.rbd('snap', 'create', '%s@%s' % (spec, RESIZE_SNAPSHOT))
-    with mock.patch.object(stock_driver.LibvirtDriver, '_cleanup_resize'):
-        rbd_driver._cleanup_resize(None, inst, None)
+    inst.host = nova_conf.CONF.host
+    rbd_driver._cleanup_resize(None, inst, None)
     assert ceph_cluster.rbd_json('snap', 'ls', spec) == []
 
 

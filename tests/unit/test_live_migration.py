@@ -286,7 +286,7 @@ def test_destination_with_pools_makes_volumes(make_driver,  # noqa: F811
             pool_specs.DISKS_POOL)))
     inst.save.assert_called_once()
     # ...and kept by this host, whatever a save elsewhere does to it.
-    assert drv._arrivals[inst.uuid].storage == resolver_mod.POOLS
+    assert drv._live.arrivals[inst.uuid].storage == resolver_mod.POOLS
 
 
 def test_destination_without_pools_makes_files(make_driver):  # noqa: F811
@@ -326,8 +326,8 @@ def test_source_refuses_a_pool_instance_to_a_host_that_made_nothing(
                            return_value=_instance()):
         with pytest.raises(nova_exception.MigrationError,
                            match='host2 made no disks'):
-            drv._guest_for_destination(None, inst, 'host2', _migrate_data(),
-                                       mock.Mock())
+            drv._live.guest_for_destination(None, inst, 'host2',
+                                            _migrate_data(), mock.Mock())
 
 
 def _sent(drv, storage, directory, migrate_data, **fill):
@@ -348,8 +348,8 @@ def _sent(drv, storage, directory, migrate_data, **fill):
                        return_value='/i/' + UUID), \
             mock.patch.object(remote_storage.LibvirtRemoteFilesystem,
                               'fill', **fill) as copy:
-        sent = drv._guest_for_destination(None, inst, 'host2',
-                                          migrate_data, guest)
+        sent = drv._live.guest_for_destination(None, inst, 'host2',
+                                               migrate_data, guest)
     return sent, guest, copy
 
 
@@ -453,7 +453,7 @@ def test_arrived_instance_records_where_its_disks_are(
                      imgtype_native_formats='qcow2')
     arrival = drv._resolver.arrival(drv._resolver.recorded(inst))
     if made_here:
-        drv._arrivals[inst.uuid] = arrival
+        drv._live.arrivals[inst.uuid] = arrival
     fresh = _instance(**dict(inst.system_metadata))
     if arrived:
         drv._resolver.record_arrival(fresh, 'host1', arrival, '/d')
@@ -463,7 +463,7 @@ def test_arrived_instance_records_where_its_disks_are(
         drv.post_live_migration_at_destination(None, inst, None,
                                                block_migration, None)
     got = drv._resolver.recorded(inst)
-    assert inst.uuid not in drv._arrivals
+    assert inst.uuid not in drv._live.arrivals
     if copied:
         assert (got.backend, got.native_formats, got.storage, got.pool) == (
             'qcow2', ('qcow2',), resolver_mod.LEGACY, '')
@@ -485,7 +485,7 @@ def test_live_migration_source_check_by_pool_type(
                      imgtype_storage='pools',
                      imgtype_pool='nova-disks-pool-%s' % kind)
     # (Which host it goes to: test_stock_destinations.)
-    with mock.patch.object(drv, '_instance_pool'), \
+    with mock.patch.object(drv._disks, 'instance_pool'), \
             mock.patch.object(objects.MigrationList, 'get_by_filters',
                               return_value=[]), \
             mock.patch('nova_imgtype.virt.libvirt.pool_specs.pool_type',
@@ -575,7 +575,7 @@ def test_the_source_s_stale_record_is_not_saved_back(
     arrival = drv._resolver.arrival(drv._resolver.recorded(sent))
     drv._resolver.record_arrival(sent, 'host1', arrival, '/d')
     fresh = _instance(**dict(sent.system_metadata))
-    drv._arrivals[sent.uuid] = arrival
+    drv._live.arrivals[sent.uuid] = arrival
     with mock.patch.object(STOCK, 'post_live_migration_at_destination'), \
             mock.patch.object(objects.Instance, 'get_by_uuid',
                               return_value=fresh):
@@ -598,7 +598,7 @@ def test_arrival_is_recorded_before_stocks_part_which_can_fail(
     inst = _instance(imgtype_backend='qcow2', imgtype_storage='pools',
                      imgtype_pool='nova-disks-pool',
                      imgtype_native_formats='qcow2')
-    drv._arrivals[inst.uuid] = drv._resolver.arrival(
+    drv._live.arrivals[inst.uuid] = drv._resolver.arrival(
         drv._resolver.recorded(inst))
     fresh = _instance(**dict(inst.system_metadata))
     with mock.patch.object(STOCK, 'post_live_migration_at_destination',

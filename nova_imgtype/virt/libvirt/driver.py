@@ -22,13 +22,13 @@ from nova.virt.libvirt import driver as libvirt_driver
 from nova.virt.libvirt import utils as libvirt_utils
 from oslo_config import cfg
 from oslo_log import log as logging
+from oslo_serialization import jsonutils
 
 import nova_imgtype.conf
 from nova_imgtype import compat
 from nova_imgtype import exception
 from nova_imgtype.stock import config_drive_link
 from nova_imgtype.virt.libvirt import driver_images
-from nova_imgtype.virt.libvirt import driver_live
 from nova_imgtype.virt.libvirt import driver_moves
 from nova_imgtype.virt.libvirt import driver_pools
 from nova_imgtype.virt.libvirt import host_traits
@@ -36,6 +36,7 @@ from nova_imgtype.virt.libvirt import imagebackend
 from nova_imgtype.virt.libvirt import imagecache
 from nova_imgtype.virt.libvirt import instance_disks
 from nova_imgtype.virt.libvirt import instance_record
+from nova_imgtype.virt.libvirt import live_moves
 from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import pools as pools_mod
 from nova_imgtype.virt.libvirt import resolver as resolver_mod
@@ -47,15 +48,14 @@ LOG = logging.getLogger(__name__)
 CONF: cfg.ConfigOpts = nova_imgtype.conf.CONF
 
 
-class LibvirtDriver(driver_images.Images, driver_live.LiveMigration,
-                    driver_moves.ColdMoves, driver_pools.PoolDisks,
-                    libvirt_driver.LibvirtDriver):
+class LibvirtDriver(driver_images.Images, driver_moves.ColdMoves,
+                    driver_pools.PoolDisks, libvirt_driver.LibvirtDriver):
     """Libvirt driver whose image backend is a property of the instance.
 
     Made of parts, one module per concern, each overriding the stock
     methods of its concern: this module (host, lifecycle, cleanup),
-    :mod:`.driver_images` (image cache, snapshots), :mod:`.driver_live`
-    (live migration), :mod:`.driver_moves` (resize, cold migration),
+    :mod:`.driver_images` (image cache, snapshots), :mod:`.driver_moves`
+    (resize, cold migration),
     :mod:`.driver_transfers` (what cold moves send through the
     destination's libvirtd) and :mod:`.driver_pools` (disks on storage
     pools).
@@ -88,10 +88,10 @@ class LibvirtDriver(driver_images.Images, driver_live.LiveMigration,
             self._resolver, self._pools, self.image_backend, CONF)
         self.image_cache_manager = imagecache.ImageCacheManager(
             self._disks.pool_backing_paths, self._template_handler)
-        #: Instances whose disks this host made for a live migration
-        #: arriving here (pre_live_migration), until it ends: this host's
-        #: own knowledge, which no save of the instance elsewhere drops.
-        self._arrivals: dict[str, resolver_mod.BackendDecision] = {}
+        self._live = live_moves.LiveMoves(
+            self._resolver, self._disks, CONF,
+            lambda instance: self._host.get_guest(instance),
+            lambda dest: self._live_migration_uri(dest))
         self._templates = template_cache.TemplateCache(
             self._resolver, self.image_backend, self._pools,
             self._template_handler, self._downloading_handler, CONF)
@@ -248,25 +248,105 @@ class LibvirtDriver(driver_images.Images, driver_live.LiveMigration,
         return self._host.get_connection()
 
     def _cleanup_resize(self, *args: Any, **kwargs: Any) -> None:
+        """Stock's, for the instance's backend: stock removes the resize
+        snapshot of a root disk whose backend clones (its Rbd, and a
+        volume of an rbd pool)."""
         instance: objects.Instance = compat.driver(
             '_cleanup_resize', self, args, kwargs)['instance']
         with self.image_backend.scope(instance):
             super()._cleanup_resize(*args, **kwargs)
-        if self._resolver.decision_for(instance).storage == \
-                resolver_mod.POOLS:
-            # Stock removes the resize snapshot of a root disk whose
-            # backend clones (its Rbd); a root volume on an rbd pool takes
-            # one too (a no-op on other pools).
-            root = self.image_backend.by_name(instance, 'disk')
-            if root.exists():
-                root.remove_snap(libvirt_utils.RESIZE_SNAPSHOT_NAME,
-                                 ignore_errors=True)
 
     def instance_on_disk(self, *args: Any, **kwargs: Any) -> bool:
         instance: objects.Instance = compat.driver(
             'instance_on_disk', self, args, kwargs)['instance']
         with self.image_backend.scope(instance):
             return super().instance_on_disk(*args, **kwargs)
+
+    # -- live migration -----------------------------------------------------
+
+    def check_can_live_migrate_destination(self, *args: Any,
+                                           **kwargs: Any) -> Any:
+        instance: objects.Instance = compat.driver(
+            'check_can_live_migrate_destination', self, args,
+            kwargs)['instance']
+        image_type = self._live.check_destination(instance)
+        data = super().check_can_live_migrate_destination(*args, **kwargs)
+        # The source compares this with its instance's backend.
+        data.image_type = image_type
+        return data
+
+    def _is_shared_block_storage(self, *args: Any, **kwargs: Any) -> bool:
+        call = compat.driver('_is_shared_block_storage', self, args, kwargs)
+        instance: objects.Instance = call['instance']
+        with self.image_backend.scope(instance):
+            if self._live.shares_block_storage(
+                    instance, call['dest_check_data'],
+                    self.image_backend.backend().is_shared_block_storage):
+                return True
+            return super()._is_shared_block_storage(*args, **kwargs)
+
+    def check_can_live_migrate_source(self, *args: Any,
+                                      **kwargs: Any) -> Any:
+        call = compat.driver('check_can_live_migrate_source', self, args,
+                             kwargs)
+        self._live.check_source(call['context'], call['instance'])
+        return super().check_can_live_migrate_source(*args, **kwargs)
+
+    def get_instance_disk_info(self, *args: Any, **kwargs: Any) -> Any:
+        """Stock's file disks, and the instance's volumes (stock skips
+        ``<disk type='volume'>``): what a live block migration copies."""
+        instance: objects.Instance = compat.driver(
+            'get_instance_disk_info', self, args, kwargs)['instance']
+        info = jsonutils.loads(super().get_instance_disk_info(
+            *args, **kwargs))
+        return jsonutils.dumps(info + self._live.volume_disk_info(instance))
+
+    def _live_migration_copy_disk_paths(self, *args: Any,
+                                        **kwargs: Any) -> Any:
+        call = compat.driver('_live_migration_copy_disk_paths', self, args,
+                             kwargs)
+        paths, names = super()._live_migration_copy_disk_paths(
+            *args, **kwargs)
+        return self._live.add_copy_paths(call['instance'], call['guest'],
+                                         paths, names)
+
+    def pre_live_migration(self, *args: Any, **kwargs: Any) -> Any:
+        """Stock's, making the arriving disks where this host keeps them
+        (:meth:`.LiveMoves.arrive`)."""
+        call = compat.driver('pre_live_migration', self, args, kwargs)
+
+        def stock(disk_info: str | None) -> Any:
+            args, kwargs = call.replaced(disk_info=disk_info)
+            return super(LibvirtDriver, self).pre_live_migration(
+                *args, **kwargs)
+
+        return self._live.arrive(call['instance'], call['migrate_data'],
+                                 call['disk_info'], stock)
+
+    def _live_migration_operation(self, *args: Any, **kwargs: Any) -> Any:
+        call = compat.driver('_live_migration_operation', self, args, kwargs)
+        guest = self._live.guest_for_destination(
+            call['context'], call['instance'], call['dest'],
+            call['migrate_data'], call['guest'])
+        args, kwargs = call.replaced(guest=guest)
+        return super()._live_migration_operation(*args, **kwargs)
+
+    def rollback_live_migration_at_destination(self, *args: Any,
+                                               **kwargs: Any) -> Any:
+        call = compat.driver('rollback_live_migration_at_destination', self,
+                             args, kwargs)
+        return self._live.roll_back(
+            call['context'], call['instance'],
+            lambda: super(LibvirtDriver, self)
+            .rollback_live_migration_at_destination(*args, **kwargs))
+
+    def post_live_migration_at_destination(self, *args: Any,
+                                           **kwargs: Any) -> Any:
+        call = compat.driver('post_live_migration_at_destination', self,
+                             args, kwargs)
+        self._live.record_here(call['context'], call['instance'],
+                               call['block_migration'])
+        return super().post_live_migration_at_destination(*args, **kwargs)
 
     # -- moves --------------------------------------------------------------
 
