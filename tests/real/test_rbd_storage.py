@@ -521,17 +521,22 @@ def _glance_copy_in_ceph(cluster, image_id, path, fsid=None):
                                     image_id)
 
 
-def _root_disk_as_stock_makes_it(drv, image_id, fmt='raw', root_gb=1):
+def _root_disk_as_stock_makes_it(drv, image_id, fmt='raw', root_gb=1,
+                                 inst=None):
     """Stock's own spawn step for the root disk
     (``_create_and_inject_local_root``), of an instance recorded as the
-    plugin records a build; the disk it made."""
-    inst = objects.Instance(
-        uuid=str(uuid.uuid4()), image_ref=image_id, task_state=None,
-        vm_state='building', trusted_certs=None, migration_context=None,
-        config_drive='',
-        flavor=objects.Flavor(root_gb=root_gb, ephemeral_gb=0, swap=0),
-        system_metadata={'image_disk_format': fmt})
-    drv._resolver.record(inst, drv._resolver.decide(fmt))
+    plugin records a build (or of ``inst``, as stock's finish_migration
+    runs it again); the disk it made."""
+    if inst is None:
+        inst = objects.Instance(
+            uuid=str(uuid.uuid4()), image_ref=image_id, task_state=None,
+            vm_state='building', trusted_certs=None, migration_context=None,
+            config_drive='',
+            flavor=objects.Flavor(root_gb=root_gb, ephemeral_gb=0, swap=0),
+            system_metadata={'image_disk_format': fmt})
+        drv._resolver.record(inst, drv._resolver.decide(fmt))
+    else:
+        inst.flavor = objects.Flavor(root_gb=root_gb, ephemeral_gb=0, swap=0)
     mapping = {'disk': {'bus': 'virtio', 'dev': 'vda', 'type': 'disk'}}
     drv._create_and_inject_local_root(
         nova_context.get_admin_context(), inst, mapping, False, '',
@@ -612,3 +617,33 @@ def test_never_download_image_if_on_rbd_is_kept(
     assert downloaded == []
     assert not [i for i in ceph_cluster.images()
                 if i.startswith(pool_specs.RBD_TEMPLATE_PREFIX)]
+
+
+def test_a_resize_on_shared_ceph_keeps_the_cloned_disk(
+        rbd_driver, raw_image, ceph_cluster, glance,  # noqa: F811
+        glance_locations):
+    """Stock's finish_migration runs the root disk's spawn step again on
+    the destination; on an rbd pool the disk is already there (shared
+    Ceph). As stock's Rbd, nothing is cloned or fetched again (a clone
+    into the existing image failed with ImageExists: the resize ended in
+    ERROR); the disk keeps its data and grows to the new flavor."""
+    image_id, digest = raw_image
+    urls, downloaded = glance_locations
+    urls[image_id] = _glance_copy_in_ceph(ceph_cluster, image_id,
+                                          glance[image_id][0])
+    inst, _disk = _root_disk_as_stock_makes_it(rbd_driver, image_id)
+    vol = pool_specs.volume_name(inst.uuid, 'disk')
+    spec = ceph_cluster.image_spec(vol)
+    ceph_cluster.rbd('snap', 'create', '%s@%s' % (spec, RESIZE_SNAPSHOT))
+
+    _root_disk_as_stock_makes_it(rbd_driver, image_id, root_gb=2, inst=inst)
+
+    assert downloaded == []
+    info = ceph_cluster.rbd_json('info', spec)
+    assert (info['parent']['image'], info['parent']['snapshot']) == (
+        image_id, 'snap')
+    assert info['size'] == 2048 * MiB
+    assert _rbd_head_sha256(ceph_cluster, vol, IMAGE_SIZE) == digest
+    # The resize snapshot (the revert's) is the one taken before.
+    assert [s['name'] for s in ceph_cluster.rbd_json('snap', 'ls', spec)
+            ] == [RESIZE_SNAPSHOT]

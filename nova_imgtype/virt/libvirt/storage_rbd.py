@@ -136,26 +136,33 @@ class RbdStorage(storage.LibvirtStorage):
 
     def create_image(self, prepare_template: Any, base: str, size: Any,
                      safe: bool = False, *args: Any, **kwargs: Any) -> None:
-        """As stock's ``Rbd``: the template is asked for first; stock's
-        clone may have made this volume instead (then it is made to the
-        size asked, never shrunk), else the template is what it got."""
-        if not self.exists():
-            prepare_template(*args, target=base, **kwargs)
-            if self.driver.exists(self.rbd_name):
-                self._cloned(base, size)
-                return
+        """As stock's ``Rbd``: a volume already in Ceph (a resize or a cold
+        move on shared storage, where stock's finish_migration asks again)
+        is kept, nothing fetched or cloned; otherwise the template is
+        asked for first, and stock's clone may have made this volume
+        instead, else the template is what it got. Either way the volume
+        is checked against the flavor's size (stock's check) and grown to
+        it, never shrunk."""
+        if self.exists():
+            self._grow(base, size)
+            return
+        prepare_template(*args, target=base, **kwargs)
+        if self.driver.exists(self.rbd_name):
+            # Cloned by stock: libvirt has not seen it yet.
+            self._pool.refresh(0)
+            self._grow(base, size)
+            return
         super().create_image(prepare_template, base, size, safe, *args,
                              **kwargs)
 
-    def _cloned(self, base: str, size: Any) -> None:
-        """The volume stock's clone made: seen by libvirt, checked against
-        the flavor's size (stock's check) and grown to it."""
-        self._pool.refresh(0)
-        cloned = self.driver.size(self.rbd_name)
-        self.verify_base_size(base, size, base_size=cloned)
-        if size and size > cloned:
+    def _grow(self, base: str, size: Any) -> None:
+        """This volume, made by stock's clone or before this operation:
+        checked against the flavor's size and grown to it."""
+        current = self.driver.size(self.rbd_name)
+        self.verify_base_size(base, size, base_size=current)
+        if size and size > current:
             self.driver.resize(self.rbd_name, size)
-        self._made_capacity = max(size or 0, cloned)
+        self._made_capacity = max(size or 0, current)
 
     def import_file(self, instance: Any, local_file: str,
                     remote_name: str) -> None:
