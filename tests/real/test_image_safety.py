@@ -206,7 +206,8 @@ def test_a_backend_copying_links_gets_downloaded_templates(
     real.make_image(volume, 'raw', 32 * MiB)
     drv, svc = on_path('linking', volume, 'raw')
     # Ploop (parallels only here) copies its template with cp -r too.
-    handler = drv._handler_for(nova_imagebackend.Ploop, 'x', svc.image_id)
+    handler = drv._templates.handler_for(nova_imagebackend.Ploop, 'x',
+                                         svc.image_id)
     assert handler.name == 'downloading'
     assert 'copies templates as files' in caplog.text
     # Under a name already linked, it is refused rather than aliased.
@@ -214,7 +215,8 @@ def test_a_backend_copying_links_gets_downloaded_templates(
     name = os.path.basename(cache_entries(conf)[0])
     assert os.path.islink(cache_entries(conf)[0])
     with pytest.raises(nova_exception.Invalid, match='linked to an image'):
-        drv._handler_for(nova_imagebackend.Ploop, name, svc.image_id)
+        drv._templates.handler_for(nova_imagebackend.Ploop, name,
+                                   svc.image_id)
 
 
 @pytest.mark.parametrize('deep', [True, False], ids=['deep', 'no-deep'])

@@ -331,7 +331,7 @@ def test_a_rewritten_linked_qcow2_template_starts_no_guest_through_it(
     # The root disk's template is recorded as made.
     assert record_mod.template(inst.system_metadata) == (
         svc.image_id, os.path.basename(template))
-    drv._check_linked_root_template(inst)          # as accepted
+    drv._templates.check_linked_root_template(inst)          # as accepted
 
     _rewrite(device, 'qcow2-backed-by-host-file', host_file, tmp_path)
     # What QEMU would now read through the disk, opened as its domain
@@ -342,7 +342,7 @@ def test_a_rewritten_linked_qcow2_template_starts_no_guest_through_it(
     assert os.path.islink(template)
 
     _restore(device, original)
-    drv._check_linked_root_template(inst)
+    drv._templates.check_linked_root_template(inst)
     assert MARKER not in _guest_data(disk.path, 'qcow2', tmp_path)
 
 

@@ -20,6 +20,10 @@ TYPOS = {
                        'backends.host_support_error(name, self._cnof)'),
     'template_cache.py': ('self._resolver.decision_for(instance)',
                           'self._resolver.decision_fro(instance)'),
+    'live_moves.py': ('self._resolver.arrival(decision)',
+                      'self._resolver.arival(decision)'),
+    'pool_snapshots.py': ('stock.suspend_guest_for_snapshot(',
+                          'stock.suspend_guest_for_snapshto('),
 }
 
 

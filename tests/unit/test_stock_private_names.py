@@ -140,6 +140,8 @@ def _touched():
                     and isinstance(node.value, ast.Name)
                     and node.value.id in aliases):
                 found.add('%s:%s' % (aliases[node.value.id], node.attr))
+        if module_name == _STEPS:
+            found |= _steps_touched(tree)
         module = importlib.import_module(module_name)
         for node in ast.walk(tree):
             if not isinstance(node, ast.ClassDef):
@@ -168,6 +170,40 @@ def _touched():
                                                 base.__qualname__, name))
                         break
     return found
+
+
+#: Stock's private driver steps, called on the driver (``self._driver``).
+_STEPS = 'nova_imgtype.stock.driver_steps'
+
+
+def _steps_touched(tree):
+    """The private names of stock's driver that :mod:`driver_steps`
+    reaches through ``self._driver``."""
+    from nova.virt.libvirt import driver as stock_driver
+
+    found = set()
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and node.attr.startswith('_')
+                and not node.attr.startswith('__')
+                and isinstance(node.value, ast.Attribute)
+                and node.value.attr == '_driver'):
+            cls = stock_driver.LibvirtDriver
+            assert node.attr in vars(cls) or _sets(cls, node.attr), (
+                node.attr)
+            found.add('nova.virt.libvirt.driver:LibvirtDriver.%s'
+                      % node.attr)
+    return found
+
+
+def test_stock_steps_are_read():
+    """driver_steps' names are collected (its methods are no subclass
+    of stock's driver)."""
+    import nova_imgtype.stock.driver_steps as steps
+
+    found = _steps_touched(ast.parse(inspect.getsource(steps)))
+    assert 'nova.virt.libvirt.driver:LibvirtDriver._create_snapshot_metadata' \
+        in found
+    assert 'nova.virt.libvirt.driver:LibvirtDriver._host' in found
 
 
 def _sets(cls, name):

@@ -25,12 +25,14 @@ from nova.i18n import _
 from nova.image import glance
 from nova.virt import images
 from nova.virt.libvirt import imagecache as nova_imagecache
+from nova.virt.libvirt import utils as libvirt_utils
 from oslo_config import cfg
 from oslo_log import log as logging
 from oslo_utils import fileutils
 
 from nova_imgtype import exception
 from nova_imgtype import record as record_mod
+from nova_imgtype.stock import driver_steps
 from nova_imgtype.virt.libvirt import backends
 from nova_imgtype.virt.libvirt import imagecache
 from nova_imgtype.virt.libvirt import pool_specs
@@ -54,19 +56,23 @@ class TemplateCache:
     :param handler: the configured template image handler.
     :param downloading: the downloading handler.
     :param conf: the configuration nova-compute runs with.
+    :param stock: stock's steps of the driver (the rebase onto a native
+        template fetches it and rebases with them).
     """
 
     def __init__(self, resolver: resolver_mod.BackendResolver,
                  image_backend: Any, pools: pools_mod.StoragePools,
                  handler: handlers.BaseTemplateImageHandler,
                  downloading: handlers.BaseTemplateImageHandler,
-                 conf: cfg.ConfigOpts) -> None:
+                 conf: cfg.ConfigOpts,
+                 stock: driver_steps.StockSteps | None = None) -> None:
         self._resolver = resolver
         self._image_backend = image_backend
         self.pools = pools
         self.handler = handler
         self._downloading = downloading
         self._conf = conf
+        self._stock = stock
 
     @property
     def cache_dir(self) -> str:
@@ -113,6 +119,46 @@ class TemplateCache:
                                 trusted_certs)
 
         return fetch_template, filename
+
+    def rebase_onto_native(self, context: Any, instance: objects.Instance,
+                           backend: Any) -> bool:
+        """Stock's rebase of a qcow2 disk spawned from a snapshot (an
+        unshelve, a cross-cell resize) onto the template of the original
+        image, onto the template this host keeps for that image: its native
+        file (``<sha1>_qcow2``) when the instance keeps the image natively,
+        where stock looks for ``<sha1>``, which is not there.
+
+        The template is fetched as every template is (the driver's
+        ``_try_fetch_image_cache``), then stock's rebase runs on it. False
+        (nothing done) for stock's case: an original image the image
+        service no longer has, or one the instance does not keep natively.
+        """
+        stock = self._stock
+        if stock is None:
+            return False
+        decision = self._resolver.decision_for(instance)
+        base_ref = instance.system_metadata.get('image_base_image_ref')
+        if (not decision.native_formats or not base_ref or
+                not stock.needs_rebase_original_qcow2_image(instance,
+                                                            backend)):
+            return False
+        try:
+            disk_format = glance.API().get(context, base_ref).get(
+                'disk_format')
+        except nova_exception.ImageNotFound:
+            return False
+        name, native = imagecache.template_name(decision.native_formats,
+                                                base_ref, disk_format)
+        if native is None:
+            return False
+        stock.try_fetch_image_cache(
+            backend, libvirt_utils.fetch_image, context,
+            nova_imagecache.get_cache_fname(base_ref), base_ref, instance,
+            None)
+        LOG.info('Rebasing disk image onto %s.', name, instance=instance)
+        stock.rebase_with_qemu_img(backend.path,
+                                   os.path.join(self.cache_dir, name))
+        return True
 
     @staticmethod
     def _image_disk_format(context: Any, instance: objects.Instance,
