@@ -12,9 +12,10 @@ instances' names), untimed:
   N real qcow2 overlay files on four cached templates (two raw, two
   qcow2 kept natively).
 - plugin: our ``ImageCacheManager`` as our ``LibvirtDriver`` builds it,
-  with the driver's ``_pool_backing_paths``: the ``<backingStore>`` of each
-  volume of ``nova-disks-pool``, read from libvirt: here N qcow2 overlay
-  volumes on the same templates, in a dir pool of a throwaway libvirtd
+  with the driver's ``InstanceDisks.pool_backing_paths``: the
+  ``<backingStore>`` of each volume of ``nova-disks-pool``, read from
+  libvirt: here N qcow2 overlay volumes on the same templates, in a dir
+  pool of a throwaway libvirtd
   (the instances' directories exist, without disk files, as for pool
   instances).
 
@@ -231,7 +232,8 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
         'backed by), with N instance disks on %d cached templates. Stock: '
         "stock Nova's manager, `qemu-img info` (as nova-compute runs it) "
         'on each `<instances_path>/<uuid>/disk`, real qcow2 overlay files. '
-        "Plugin: our manager with the driver's `_pool_backing_paths`, each "
+        "Plugin: our manager with the driver's "
+        "`InstanceDisks.pool_backing_paths`, each "
         "`nova-disks-pool` volume's `<backingStore>` read from a throwaway "
         'libvirtd (real dir pool, real qcow2 overlay volumes). Stock and '
         'plugin alternated in one run; median of the runs shown; `vs '

@@ -13,7 +13,8 @@ misbehaving in a cloud.
 
 What the plugin reads of stock's signatures is listed in
 :mod:`nova_imgtype.compat`; the private stock names it touches in
-``tests/unit/test_stock_private_names.py``.
+``tests/unit/test_stock_private_names.py``. :mod:`.driver_steps` is no
+hook: it is where the driver's collaborators call stock's private steps.
 """
 
 from __future__ import annotations

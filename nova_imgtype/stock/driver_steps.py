@@ -66,6 +66,29 @@ class StockSteps:
         """The driver's image API (stock's ``nova.image.glance.API``)."""
         return self._driver._image_api
 
+    # -- cold moves -----------------------------------------------------------
+
+    def live_migration_uri(self, dest: str) -> str:
+        """The libvirt URI stock migrates to ``dest`` with."""
+        return str(self._driver._live_migration_uri(dest))
+
+    def is_path_shared_with(self, dest: str, path: str) -> bool:
+        """Stock's check: whether ``path`` is shared with ``dest`` (made
+        and looked for through the driver's remote filesystem)."""
+        return bool(self._driver._is_path_shared_with(dest, path))
+
+    def cleanup_remote_migration(self, dest: str, inst_base: str,
+                                 inst_base_resize: str,
+                                 shared_storage: bool) -> None:
+        """Stock's clean-up of a failed cold move: the instance
+        directory put back here, the destination's removed."""
+        self._driver._cleanup_remote_migration(
+            dest, inst_base, inst_base_resize, shared_storage)
+
+    def is_booted_from_volume(self, block_device_info: Any) -> bool:
+        """Stock's answer: whether the root disk is a Cinder volume."""
+        return bool(self._driver._is_booted_from_volume(block_device_info))
+
     # -- templates ------------------------------------------------------------
 
     def needs_rebase_original_qcow2_image(self, instance: objects.Instance,

@@ -49,7 +49,7 @@ def test_adoption_takes_the_config_drive_kernel_and_ramdisk(
         json.dump({files['disk']: 'qcow2', files['disk.config']: 'raw'}, f)
 
     with mock.patch.object(objects.Instance, 'save'):
-        pool_driver._move_to_pools(inst)
+        pool_driver._disks.move_to_pools(inst)
 
     decision = pool_driver._resolver.recorded(inst)
     assert decision.storage == 'pools'
@@ -69,7 +69,7 @@ def test_adoption_takes_the_config_drive_kernel_and_ramdisk(
     config = pool_driver.image_backend.by_name(inst, 'disk.config')
     with open(config.path, 'rb') as f:
         assert f.read(17) == b'CONFIG DRIVE DATA'
-    pool_driver._delete_pool_volumes(inst)
+    pool_driver._disks.delete_pool_volumes(inst)
 
 
 def test_a_config_drive_without_a_disk_info_entry_is_raw(
@@ -85,11 +85,11 @@ def test_a_config_drive_without_a_disk_info_entry_is_raw(
         json.dump({root: 'raw'}, f)
 
     with mock.patch.object(objects.Instance, 'save'):
-        pool_driver._move_to_pools(inst)
+        pool_driver._disks.move_to_pools(inst)
 
     decision = pool_driver._resolver.recorded(inst)
     assert decision.storage == 'pools'
     assert decision.volume_format('disk.config') == 'raw'
     xml = _disk_xml(pool_driver, inst, 'disk.config', 'vdb')
     assert xml.find('driver').get('type') == 'raw'
-    pool_driver._delete_pool_volumes(inst)
+    pool_driver._disks.delete_pool_volumes(inst)

@@ -24,7 +24,7 @@ from nova.virt.libvirt import driver as stock_driver
 from nova.virt.libvirt import utils as libvirt_utils
 from nova.virt.libvirt.volume import remotefs
 
-from nova_imgtype import compat
+from nova_imgtype.testing import drivers
 from nova_imgtype.testing import libvirtd as real
 from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import remote_storage
@@ -36,13 +36,6 @@ from tests.real.test_native_images import driver  # noqa: F401
 from tests.real.test_native_images import glance  # noqa: F401
 
 STOCK = stock_driver.LibvirtDriver
-
-
-def _moving(drv, inst, dest):
-    """The call of ``migrate_disk_and_power_off`` the helpers forward to
-    stock."""
-    return compat.driver('migrate_disk_and_power_off', drv,
-                         (None, inst, dest, None, None, None, 0, 0), {})
 
 
 @pytest.fixture
@@ -89,9 +82,7 @@ def _move(drv, inst, libvirt_uri, seen):
                               return_value=False), \
             mock.patch.object(STOCK, '_live_migration_uri',
                               staticmethod(lambda dest: libvirt_uri)):
-        return drv._migrate_pool_disks(
-            _moving(drv, inst, 'dest-host'), inst, 'dest-host', 0, 0,
-            dest_pools=True)
+        return drivers.send_pool_disks(drv, inst, 'dest-host')
 
 
 def test_volumes_and_disk_info_go_through_libvirt(
@@ -162,9 +153,7 @@ def test_an_unreachable_destination_touches_nothing(
             mock.patch.object(STOCK, '_live_migration_uri',
                               staticmethod(lambda dest: nowhere)):
         with pytest.raises(nova_exception.InstanceFaultRollback) as e:
-            pool_driver._migrate_pool_disks(
-                _moving(pool_driver, inst, 'dest-host'), inst, 'dest-host',
-                0, 0)
+            drivers.send_pool_disks(pool_driver, inst, 'dest-host')
     assert 'dest-host' in str(e.value.inner_exception)
     assert nowhere in str(e.value.inner_exception)
     power_off.assert_not_called()
@@ -211,8 +200,8 @@ def test_legacy_files_go_through_libvirt_too(
                               staticmethod(lambda dest: libvirt_uri)), \
             mock.patch.object(objects.Instance, 'image_meta',
                               objects.ImageMeta.from_dict({})):
-        disk_info = json.loads(pool_driver._migrate_files(
-            _moving(pool_driver, inst, 'dest-host'), inst, 'dest-host'))
+        disk_info = json.loads(drivers.send_files(pool_driver, inst,
+                                                  'dest-host'))
 
     assert seen['copies'] == []
     assert disk_info == found
@@ -248,9 +237,7 @@ def test_a_move_stock_refuses_leaves_the_guest_running_and_nothing_there(
                               lambda self, host, p: removed.append(
                                   (host, p))):
         with pytest.raises(nova_exception.InstanceFaultRollback):
-            pool_driver._migrate_pool_disks(
-                _moving(pool_driver, inst, 'dest-host'), inst, 'dest-host',
-                0, 0)
+            drivers.send_pool_disks(pool_driver, inst, 'dest-host')
     # Stock refuses before it stops the guest, and so does the move: the
     # guest runs on (issue 29, 7: it was powered off for nothing).
     power_off.assert_not_called()

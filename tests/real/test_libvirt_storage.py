@@ -129,7 +129,7 @@ def test_qcow2_image_becomes_an_overlay_volume_and_boots(
             if p.name().startswith('nova-snapshot-')] == []
 
     # Delete leaves no volume and no file; the template stays cached.
-    pool_driver._delete_pool_volumes(inst)
+    pool_driver._disks.delete_pool_volumes(inst)
     assert not disk.exists()
     assert os.listdir(os.path.join(conf_instances(), 'disks')) == []
     assert os.path.exists(chain[1]['filename'])
@@ -249,7 +249,7 @@ def test_raw_image_is_copied_into_a_raw_volume(pool_driver, glance,  # noqa
     assert os.listdir(snap_dir) == []
     assert disk.exists()
 
-    pool_driver._delete_pool_volumes(inst)
+    pool_driver._disks.delete_pool_volumes(inst)
     assert not disk.exists()
 
 

@@ -458,8 +458,8 @@ def test_rbd_disks_this_host_does_not_reach_are_never_made_or_deleted_here(
     with pytest.raises(exception.PoolNotFound, match=location):
         pool_driver.image_backend.by_name(inst, 'disk')
     with pytest.raises(exception.StorageUnavailable, match=location):
-        pool_driver._pools_here(decision)
-    pool_driver._delete_pool_volumes(inst)      # finds nothing, deletes none
+        pool_driver._disks.pools_here(decision)
+    pool_driver._disks.delete_pool_volumes(inst)  # finds nothing, deletes none
 
 
 def test_the_same_ceph_pool_with_monitors_listed_otherwise_is_kept(

@@ -24,6 +24,10 @@ TYPOS = {
                       'self._resolver.arival(decision)'),
     'pool_snapshots.py': ('stock.suspend_guest_for_snapshot(',
                           'stock.suspend_guest_for_snapshto('),
+    'cold_move.py': ('self._stock.cleanup_remote_migration(',
+                     'self._stock.cleanup_remote_migraton('),
+    'cold_moves.py': ('self._disks.move_to_pools(instance)',
+                      'self._disks.move_to_pool(instance)'),
 }
 
 

@@ -1,6 +1,6 @@
 """A move of legacy files into a dir pool killed half-way (issue 12,
 defect 4: "``_move_to_pools`` renames files before the new state is
-recorded and saved").
+recorded and saved"; now ``InstanceDisks.move_to_pools``).
 
 The kill is a ``BaseException`` raised from the second rename: nothing of
 the driver's own clean-up runs, as when the process dies. Then nova-compute
@@ -73,7 +73,7 @@ def test_a_move_killed_half_way_is_finished_at_the_next_start(drv):
 
     with mock.patch('os.rename', side_effect=rename):
         with pytest.raises(Killed):
-            drv._move_to_pools(inst)
+            drv._disks.move_to_pools(inst)
     # What the crash left: the record says pools (it was saved first), one
     # file moved, one not.
     assert drv._resolver.recorded(inst).storage == resolver_mod.POOLS
@@ -99,7 +99,7 @@ def test_a_failed_move_puts_files_and_record_back(drv):
     subprocess.run(['qemu-img', 'create', '-q', '-f', 'qcow2', os.path.join(
         target, '%s_disk.local' % inst.uuid), '1M'], check=True)
     with pytest.raises(Exception, match='disk.local'):
-        drv._move_to_pools(inst)
+        drv._disks.move_to_pools(inst)
     assert drv._resolver.recorded(inst).storage == resolver_mod.LEGACY
     for name in NAMES:
         assert os.path.exists(os.path.join(inst_dir, name))

@@ -26,6 +26,7 @@ from oslo_serialization import jsonutils
 from nova_imgtype import exception
 from nova_imgtype import record as record_mod
 from nova_imgtype.testing import drivers
+from nova_imgtype.virt.libvirt import cold_move
 from nova_imgtype.virt.libvirt import driver as imgtype_driver
 from nova_imgtype.virt.libvirt import imagecache
 from nova_imgtype.virt.libvirt import pool_specs
@@ -470,7 +471,7 @@ def test_cold_move_goes_on(make_driver, compute_node):
     inst = _instance(imgtype_backend='qcow2')
     # (How the files go: tests/real/test_cold_moves_libvirt.)
     with _placement_traits('CUSTOM_IMGTYPE_BACKEND_QCOW2'), \
-            mock.patch.object(drv, '_migrate_files') as moved:
+            mock.patch.object(cold_move.ColdMove, 'send_files') as moved:
         drv.migrate_disk_and_power_off(None, inst, '192.0.2.2', None, None)
     moved.assert_called_once()
 
@@ -629,10 +630,10 @@ def test_pool_instance_cold_move_by_what_the_destination_serves(
     with _placement_traits(*dest_traits):
         if outcome == 'refused':
             with pytest.raises(nova_exception.InstanceFaultRollback) as e:
-                drv._check_destination_serves(None, inst)
+                drv._cold.check_destination(None, inst)
             assert 'backend qcow2' in str(e.value.inner_exception)
         else:
-            assert drv._check_destination_serves(None, inst) is outcome
+            assert drv._cold.check_destination(None, inst) is outcome
 
 
 @pytest.mark.parametrize('pools_on,recorded,expected', [

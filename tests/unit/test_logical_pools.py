@@ -147,8 +147,8 @@ def test_legacy_lvm_instance_is_taken_over_without_moving_data(drv):
     logical = drv._pools.get(pool_specs.DISKS_POOL)
     lv = logical.createXML(pool_specs._volume_xml(
         inst.uuid + '_disk', '', 4096, preallocate=True), 0)
-    assert drv._can_move_to_pools(inst)
-    drv._move_to_pools(inst)
+    assert drv._disks.can_move_to_pools(inst)
+    drv._disks.move_to_pools(inst)
     assert inst.system_metadata['imgtype_storage'] == 'pools'
     assert inst.system_metadata['imgtype_pool'] == pool_specs.DISKS_POOL
     assert drv.image_backend.by_name(inst, 'disk').exists()

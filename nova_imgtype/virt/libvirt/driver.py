@@ -12,6 +12,7 @@ for something that belongs to one instance.
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -27,10 +28,12 @@ from oslo_serialization import jsonutils
 import nova_imgtype.conf
 from nova_imgtype import compat
 from nova_imgtype import exception
+from nova_imgtype.stock import after_power_off
 from nova_imgtype.stock import config_drive_link
 from nova_imgtype.stock import driver_steps
-from nova_imgtype.virt.libvirt import driver_moves
-from nova_imgtype.virt.libvirt import driver_pools
+from nova_imgtype.stock import remote_filesystem
+from nova_imgtype.stock import withheld_disks
+from nova_imgtype.virt.libvirt import cold_moves
 from nova_imgtype.virt.libvirt import host_traits
 from nova_imgtype.virt.libvirt import imagebackend
 from nova_imgtype.virt.libvirt import imagecache
@@ -49,17 +52,18 @@ LOG = logging.getLogger(__name__)
 CONF: cfg.ConfigOpts = nova_imgtype.conf.CONF
 
 
-class LibvirtDriver(driver_moves.ColdMoves, driver_pools.PoolDisks,
-                    libvirt_driver.LibvirtDriver):
+class LibvirtDriver(libvirt_driver.LibvirtDriver):
     """Libvirt driver whose image backend is a property of the instance.
 
-    Its overrides ask its collaborators (the instance record, the
-    instances' disks, the image cache's templates, snapshots, live moves,
-    the host's traits) and forward to stock; the parts not yet made
-    collaborators (issue 30): :mod:`.driver_moves` (resize, cold
-    migration), :mod:`.driver_transfers` (what cold moves send through the
-    destination's libvirtd) and :mod:`.driver_pools` (disks on storage
-    pools).
+    Its overrides are thin: each asks one of its collaborators, built
+    here, and forwards to stock: the instance's record
+    (:class:`.InstanceRecord`), the instances' disks on this host's pools
+    (:class:`.InstanceDisks`), the image cache's templates
+    (:class:`.TemplateCache`), snapshots of volumes
+    (:class:`.PoolSnapshots`), live and cold moves (:class:`.LiveMoves`,
+    :class:`.ColdMoves`) and what the host reports (:class:`.HostTraits`).
+    Where it steers stock's own code, it does so through one of the
+    adapters of :mod:`nova_imgtype.stock`.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -101,6 +105,8 @@ class LibvirtDriver(driver_moves.ColdMoves, driver_pools.PoolDisks,
             stock=self._stock_steps)
         self._snapshots = pool_snapshots.PoolSnapshots(
             self._resolver, self.image_backend, self._stock_steps, CONF)
+        self._cold = cold_moves.ColdMoves(self._resolver, self._disks,
+                                          self._stock_steps, CONF)
         self._record = instance_record.InstanceRecord(
             self._resolver, self._disks, self._image_api, CONF)
         self._host_traits = host_traits.HostTraits(self._resolver, CONF)
@@ -136,10 +142,10 @@ class LibvirtDriver(driver_moves.ColdMoves, driver_pools.PoolDisks,
         context = nova_context.get_admin_context()
         instances = list(objects.InstanceList.get_by_host(
             context, host, expected_attrs=['system_metadata']))
-        self._finish_interrupted_moves(instances)
-        self._record_pool_locations(instances)
+        self._disks.finish_interrupted_moves(instances)
+        self._disks.record_pool_locations(instances)
         legacy = [inst.uuid for inst in instances
-                  if self._can_move_to_pools(inst)]
+                  if self._disks.can_move_to_pools(inst)]
         if legacy:
             LOG.warning('%d instance(s) on this host still use legacy image '
                         'files; they move into the storage pools on their '
@@ -244,7 +250,7 @@ class LibvirtDriver(driver_moves.ColdMoves, driver_pools.PoolDisks,
             super()._cleanup(*args, **kwargs)
         if cleanup_instance_disks and decision.storage == resolver_mod.POOLS:
             # The domain is gone: nothing uses the volumes any more.
-            self._delete_pool_volumes(instance)
+            self._disks.delete_pool_volumes(instance)
         if failed is not None:
             raise failed
 
@@ -412,6 +418,97 @@ class LibvirtDriver(driver_moves.ColdMoves, driver_pools.PoolDisks,
         self._live.record_here(call['context'], call['instance'],
                                call['block_migration'])
         return super().post_live_migration_at_destination(*args, **kwargs)
+
+    # -- cold moves ---------------------------------------------------------
+
+    def migrate_disk_and_power_off(self, *args: Any, **kwargs: Any) -> Any:
+        """Stock's, checked first, its disks sent through the
+        destination's libvirtd (:meth:`.ColdMoves.migrate`)."""
+        call = compat.driver('migrate_disk_and_power_off', self, args,
+                             kwargs)
+        return self._cold.migrate(
+            call['context'], call['instance'], call['dest'],
+            self._is_booted_from_volume(call['block_device_info']),
+            functools.partial(super().migrate_disk_and_power_off, *args,
+                              **kwargs))
+
+    def finish_migration(self, *args: Any, **kwargs: Any) -> None:
+        """Stock's, once the arrived disks are recorded where they are
+        here (:meth:`.ColdMoves.finish`)."""
+        call = compat.driver('finish_migration', self, args, kwargs)
+        disk_info = self._cold.finish(
+            call['instance'], call['disk_info'],
+            self._is_booted_from_volume(call['block_device_info']))
+        args, kwargs = call.replaced(disk_info=disk_info)
+        super().finish_migration(*args, **kwargs)
+
+    def finish_revert_migration(self, *args: Any, **kwargs: Any) -> None:
+        """Stock's, once the disks kept in ``<instance>_resize`` are back
+        (:meth:`.ColdMoves.revert`)."""
+        self._cold.revert(compat.driver(
+            'finish_revert_migration', self, args, kwargs)['instance'])
+        super().finish_revert_migration(*args, **kwargs)
+
+    def power_off(self, *args: Any, **kwargs: Any) -> None:
+        super().power_off(*args, **kwargs)
+        # Stock's cold move of a pool instance, the guest just stopped.
+        after_power_off.fire()
+
+    def _get_instance_disk_info(self, *args: Any, **kwargs: Any) -> Any:
+        instance: objects.Instance = compat.driver(
+            '_get_instance_disk_info', self, args, kwargs)['instance']
+        info = super()._get_instance_disk_info(*args, **kwargs)
+        if withheld_disks.active():
+            # A move through libvirt (ColdMove.send_files): copied there.
+            return withheld_disks.answer(info)
+        if remote_filesystem.current() is None:
+            return info
+        # During the move of a pool instance: its volumes named by path (a
+        # guest live-migrated here, until its next start) are copied by
+        # ColdMove.send_pool_disks, through libvirt, not by stock.
+        return [i for i in info if not os.path.basename(
+            i['path']).startswith(instance.uuid + '_')]
+
+    #: The destination's libvirtd during a cold move in this thread
+    #: (:mod:`.remote_storage`), stock's (SSH or rsync) otherwise.
+    _remotefs = remote_filesystem.RemoteFilesystemAttribute()
+
+    # -- disks on pools -----------------------------------------------------
+
+    def delete_instance_files(self, *args: Any, **kwargs: Any) -> bool:
+        instance: objects.Instance = compat.driver(
+            'delete_instance_files', self, args, kwargs)['instance']
+        done = super().delete_instance_files(*args, **kwargs)
+        # Stock removes the instance directory of a deleted instance (its
+        # pending deletes, a move that failed on this host); its volumes in
+        # this host's dir pool are files of this host as much, and go too.
+        return self._disks.delete_dir_volumes(instance) and done
+
+    def _hard_reboot(self, *args: Any, **kwargs: Any) -> Any:
+        call = compat.driver('_hard_reboot', self, args, kwargs)
+        instance: objects.Instance = call['instance']
+        if self._disks.can_move_to_pools(instance) and \
+                not self._is_booted_from_volume(call['block_device_info']):
+            # Stop the guest before its files move; stock's own destroy
+            # that follows finds it stopped.
+            self._destroy(instance)
+            self._disks.move_to_pools(instance)
+        return super()._hard_reboot(*args, **kwargs)
+
+    def unrescue(self, *args: Any, **kwargs: Any) -> None:
+        instance: objects.Instance = compat.driver(
+            'unrescue', self, args, kwargs)['instance']
+        super().unrescue(*args, **kwargs)
+        self._disks.delete_rescue_disks(instance)
+
+    def _get_guest_config(self, *args: Any, **kwargs: Any) -> Any:
+        instance: objects.Instance = compat.driver(
+            '_get_guest_config', self, args, kwargs)['instance']
+        guest = super()._get_guest_config(*args, **kwargs)
+        if self._resolver.decision_for(instance).storage == \
+                resolver_mod.POOLS:
+            self._disks.point_at_kernel_volumes(instance, guest)
+        return guest
 
     # -- moves --------------------------------------------------------------
 
