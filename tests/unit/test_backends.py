@@ -103,8 +103,8 @@ def _instance(**sysmeta):
 
 @pytest.fixture
 def backend(conf):
-    return imagebackend.Backend(True, resolver_mod.BackendResolver(CONF),
-                                CONF)
+    return imagebackend.Backend(
+        True, resolver_mod.BackendResolver(CONF).decision_for, CONF)
 
 
 def test_recorded_backend_wins_over_images_type(conf, backend):
@@ -198,14 +198,15 @@ class _Pools:
 def test_a_pool_libvirt_does_not_answer_for_is_not_taken_as_not_here(conf):
     # "Not found" is known: this host holds none of it (not shared).
     found = imagebackend.Backend(
-        True, resolver_mod.BackendResolver(CONF), CONF,
+        True, resolver_mod.BackendResolver(CONF).decision_for, CONF,
         pools=_Pools(exception.PoolNotFound(pool='p')))
     assert found._storage_class('p') is storage.LibvirtStorage
     # A libvirt that does not answer says nothing of the pool, least of
     # all that its disks are this host's own to delete.
     unavailable = exception.StorageUnavailable(pool='p', reason='down')
     assert isinstance(unavailable, exception.StorageException)
-    down = imagebackend.Backend(True, resolver_mod.BackendResolver(CONF),
-                                CONF, pools=_Pools(unavailable))
+    down = imagebackend.Backend(
+        True, resolver_mod.BackendResolver(CONF).decision_for, CONF,
+        pools=_Pools(unavailable))
     with pytest.raises(exception.StorageUnavailable):
         down._storage_class('p')

@@ -26,7 +26,8 @@ def disks(conf, test_conn):
                 use_storage_pools=True)
     storage = pools.StoragePools(lambda: test_conn)
     resolver = resolver_mod.BackendResolver(CONF)
-    backend = imagebackend.Backend(True, resolver, CONF, pools=storage)
+    backend = imagebackend.Backend(True, resolver.decision_for, CONF,
+                                   pools=storage)
     for spec in pool_specs.default_specs(CONF.instances_path):
         storage.ensure(spec, autostart=False)
     return instance_disks.InstanceDisks(resolver, storage, backend, CONF)

@@ -46,7 +46,7 @@ def cache(conf, handlers):
     conf.config(group='libvirt', images_type='raw',
                 images_type_mapping='qcow2:qcow2')
     resolver = resolver_mod.BackendResolver(CONF)
-    backend = imagebackend.Backend(True, resolver, CONF)
+    backend = imagebackend.Backend(True, resolver.decision_for, CONF)
     return template_cache.TemplateCache(resolver, backend, None, *handlers,
                                         CONF)
 

@@ -31,6 +31,7 @@ from oslo_serialization import jsonutils
 from oslo_utils import excutils
 
 from nova_imgtype import exception
+from nova_imgtype import record as record_mod
 from nova_imgtype.stock import after_power_off
 from nova_imgtype.stock import disk_info_file
 from nova_imgtype.stock import driver_steps
@@ -40,7 +41,6 @@ from nova_imgtype.virt.libvirt import pool_dir as pool_dir_mod
 from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import pools as pools_mod
 from nova_imgtype.virt.libvirt import remote_storage
-from nova_imgtype.virt.libvirt import resolver as resolver_mod
 
 LOG = logging.getLogger(__name__)
 
@@ -149,7 +149,7 @@ class ColdMove:
 
     def send_pool_disks(self, stock_move: StockMove,
                         pools: pools_mod.StoragePools, pool: Any,
-                        decision: resolver_mod.BackendDecision,
+                        decision: record_mod.BackendDecision,
                         dest_pools: bool = True) -> str:
         """Stock's move, for disks on volumes of the dir pool ``pool``.
 

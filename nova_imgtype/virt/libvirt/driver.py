@@ -89,7 +89,8 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
         self._downloading_handler = template_handlers.load('downloading')
         self._pools = pools_mod.StoragePools(self._storage_connection)
         self.image_backend = imagebackend.Backend(
-            CONF.use_cow_images, self._resolver, CONF, pools=self._pools)
+            CONF.use_cow_images, self._resolver.decision_for, CONF,
+            pools=self._pools)
         self._disks = instance_disks.InstanceDisks(
             self._resolver, self._pools, self.image_backend, CONF)
         self.image_cache_manager = imagecache.ImageCacheManager(

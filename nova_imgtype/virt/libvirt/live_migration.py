@@ -33,8 +33,8 @@ from typing import Any
 
 from lxml import etree
 
+from nova_imgtype import record as record_mod
 from nova_imgtype.virt.libvirt import pool_specs
-from nova_imgtype.virt.libvirt import resolver as resolver_mod
 
 #: The name of an instance's config drive.
 CONFIG_DRIVE = 'disk.config'
@@ -124,7 +124,7 @@ def destination_path(instance_uuid: str, disk: LocalDisk, storage: str,
     ``<directory>/<name>`` of a host without pools, the volume
     ``<directory>/{uuid}_{name}`` of its dir pool."""
     return os.path.join(directory, pool_specs.volume_name(
-        instance_uuid, disk.name) if storage == resolver_mod.POOLS
+        instance_uuid, disk.name) if storage == record_mod.POOLS
         else disk.name)
 
 
