@@ -17,6 +17,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+import prettytable
 from oslo_config import cfg
 
 from nova_imgtype import cmd
@@ -27,17 +28,16 @@ CONF: cfg.ConfigOpts = cfg.CONF
 
 
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
-    """Plain-text table of dict rows, columns in the first row's order."""
+    """A table of dict rows, columns in the first row's order, as
+    nova-manage prints its tables (``prettytable``)."""
     if not rows:
         return ''
     cols = list(rows[0])
-    cells = [[str(r[c]) for c in cols] for r in rows]
-    widths = [max(len(c), *(len(row[i]) for row in cells))
-              for i, c in enumerate(cols)]
-    fmt = ' | '.join('%%-%ds' % w for w in widths)
-    out = [fmt % tuple(cols), '-+-'.join('-' * w for w in widths)]
-    out += [fmt % tuple(row) for row in cells]
-    return '\n'.join(s.rstrip() for s in out)
+    table = prettytable.PrettyTable(cols)
+    table.align = 'l'
+    for row in rows:
+        table.add_row([str(row[c]) for c in cols])
+    return str(table.get_string())
 
 
 def resolution_rows(conf: cfg.ConfigOpts) -> list[dict[str, Any]]:

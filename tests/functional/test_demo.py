@@ -57,8 +57,9 @@ def test_demo_boots_the_matrix_and_shows_what_the_plugin_saves() -> None:
     assert 'No valid host' not in stock_ploop.status
 
     table = demo.format_rows(rows)
-    assert table.count('\n') == len(rows) + 1
-    assert 'host traits' in table.splitlines()[0]
+    # Borders, the header, its rule and one line per row.
+    assert table.count('\n') == len(rows) + 3
+    assert 'host traits' in table.splitlines()[1]
 
 
 def test_run_prints_the_table_and_the_nodes(monkeypatch) -> None:

@@ -47,7 +47,7 @@ def test_check_table_for_every_glance_format(tmp_path, capsys):
     out = capsys.readouterr().out
     for fmt in ('ami', 'ari', 'aki', 'vhd', 'vhdx', 'vmdk', 'raw', 'qcow2',
                 'vdi', 'ploop', 'iso'):
-        assert '\n%s ' % fmt in out
+        assert '| %s ' % fmt in out
 
 
 def test_check_json(tmp_path, capsys):
@@ -109,7 +109,7 @@ def test_check_cli_prints_only_the_result(tmp_path):
     proc = _script('nova-imgtype', 'check', '--config-file', path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stderr == ''
-    assert '\nqcow2 ' in proc.stdout
+    assert '| qcow2 ' in proc.stdout
 
 
 def test_status_upgrade_check_cli(tmp_path):
