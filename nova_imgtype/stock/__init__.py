@@ -24,7 +24,7 @@ from typing import Any
 
 #: The hooks, one module each.
 HOOKS = ('after_power_off', 'assumed_decision', 'backend_scope',
-         'config_drive_link', 'disk_info_file', 'migration_xml',
+         'config_drive_link', 'copies', 'disk_info_file', 'migration_xml',
          'remote_filesystem', 'request_filters', 'volume_disk',
          'withheld_disks')
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import functools
+import hashlib
 import importlib
 import inspect
 import re
@@ -81,7 +82,43 @@ class CallSites:
                 why=self.why)
 
 
-Fact = SourceFact | CallSites
+@dataclasses.dataclass(frozen=True)
+class CopiedSource:
+    """The plugin's ``copy`` (``module:Class.method``) takes stock's step
+    ``where`` its own way; the source of ``where`` it was checked against
+    has one of the ``sha256`` digests (one per supported Nova release, often
+    the same). A stock change there, a security fix included, fails the
+    check until the copy is reviewed against it."""
+
+    where: str
+    sha256: frozenset[str]
+    copy: str
+    why: str
+
+    def digest(self) -> str:
+        """The sha256 of the installed source of ``where``."""
+        source = inspect.getsource(compat.resolve(self.where))
+        return hashlib.sha256(source.encode()).hexdigest()
+
+    def check(self) -> None:
+        """Raise :class:`~nova_imgtype.exception.StockFactBroken` when the
+        installed source of ``where`` is not one the copy was checked
+        against."""
+        try:
+            found = self.digest()
+        except (AttributeError, ImportError, OSError, TypeError) as e:
+            raise exception.StockFactBroken(
+                where=self.where, step='(the source itself)',
+                why='%s (%s)' % (self.why, e)) from e
+        if found not in self.sha256:
+            raise exception.StockFactBroken(
+                where=self.where,
+                step='the source %s copies (sha256 now %s)' % (self.copy,
+                                                              found),
+                why=self.why)
+
+
+Fact = SourceFact | CallSites | CopiedSource
 
 
 @functools.lru_cache(maxsize=8)

@@ -16,6 +16,7 @@ import pytest
 from nova_imgtype import exception
 from nova_imgtype import stock
 from nova_imgtype.stock import after_power_off
+from nova_imgtype.stock import copies
 from nova_imgtype.stock import facts
 from nova_imgtype.stock import remote_filesystem
 from tests.unit.test_driver import STOCK
@@ -48,7 +49,8 @@ def test_every_hook_names_what_it_relies_on():
     for hook in hooks:
         assert hook.__doc__, hook.__name__
         assert hook.FACTS, '%s relies on nothing of stock?' % hook.__name__
-        assert all(isinstance(f, (facts.SourceFact, facts.CallSites))
+        assert all(isinstance(f, (facts.SourceFact, facts.CallSites,
+                                  facts.CopiedSource))
                    for f in hook.FACTS)
 
 
@@ -166,3 +168,23 @@ def test_a_broken_fact_is_reported_by_its_hook(monkeypatch):
     assert stock.broken() == [
         "request_filters: Stock Nova's nova.scheduler.request_filter:"
         "process_reqspec no longer matches 'not there', in order: why"]
+
+
+@pytest.mark.parametrize('fact', copies.FACTS, ids=lambda f: f.copy)
+def test_each_copy_of_a_stock_step_names_a_plugin_function(fact):
+    module, _, path = fact.copy.partition(':')
+    obj = importlib.import_module(module)
+    for part in path.split('.'):
+        obj = getattr(obj, part)
+    assert callable(obj)
+
+
+def test_a_changed_stock_source_fails_its_copy():
+    """Stock's source changed (here: one of another function), the copy
+    is named for review."""
+    fact = copies.FACTS[0]
+    changed = facts.CopiedSource(fact.where, frozenset({'0' * 64}),
+                                 fact.copy, fact.why)
+    with pytest.raises(exception.StockFactBroken, match=fact.copy):
+        changed.check()
+    fact.check()
