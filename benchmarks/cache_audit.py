@@ -49,12 +49,12 @@ from nova.virt.libvirt import imagecache as nova_imagecache
 from oslo_config import fixture as config_fixture
 
 from benchmarks import sampling
-from nova_imgtype.testing import drivers
-from nova_imgtype.testing import libvirtd as real
 from nova_imgtype.virt.libvirt import driver as imgtype_driver
 from nova_imgtype.virt.libvirt import imagecache
 from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import pools
+from nova_imgtype_testing import drivers
+from nova_imgtype_testing import libvirtd as real
 
 CONF = nova.conf.CONF
 MiB = 1024 ** 2

@@ -26,9 +26,9 @@ from nova.virt import images
 from nova.virt.libvirt import utils as libvirt_utils
 
 from benchmarks import sampling
-from nova_imgtype.testing import libvirtd as real
 from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import pools
+from nova_imgtype_testing import libvirtd as real
 
 GiB = 1024 ** 3
 MiB = 1024 ** 2

@@ -98,14 +98,14 @@ from oslo_utils import fileutils
 from benchmarks import fakes
 from benchmarks import glance_endpoint
 from benchmarks import sampling
-from nova_imgtype.testing import drivers
-from nova_imgtype.testing import glance as glance_data
-from nova_imgtype.testing import libvirtd as real
 from nova_imgtype.virt.libvirt import imagecache
 from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import pools
 from nova_imgtype.virt.libvirt.template_handlers import downloading
 from nova_imgtype.virt.libvirt.template_handlers import volume_linking
+from nova_imgtype_testing import drivers
+from nova_imgtype_testing import glance as glance_data
+from nova_imgtype_testing import libvirtd as real
 
 CONF = nova.conf.CONF
 LABEL = 'time to first disk'

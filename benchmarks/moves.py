@@ -52,12 +52,12 @@ from typing import Any
 import libvirt
 
 from benchmarks import sampling
-from nova_imgtype.testing import libvirtd as real
 from nova_imgtype.virt.libvirt import live_migration
 from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import pools as pools_mod
 from nova_imgtype.virt.libvirt import remote_storage
 from nova_imgtype.virt.libvirt import resolver as resolver_mod
+from nova_imgtype_testing import libvirtd as real
 
 MiB = 1024 ** 2
 GiB = 1024 ** 3

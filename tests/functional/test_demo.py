@@ -1,4 +1,4 @@
-"""``nova-imgtype demo`` (``make demo``), run whole.
+"""The demo (``make demo``), run whole.
 
 Real: stock Nova's API, conductor, scheduler (our request filter loaded
 through ``available_filters``), placement, compute managers, our driver and
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import io
 
-from nova_imgtype import demo
+from nova_imgtype_testing import demo
 
 
 def _rows(rows: list[demo.Row], image: str, cloud: str) -> list[demo.Row]:

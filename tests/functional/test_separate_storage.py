@@ -24,8 +24,8 @@ from nova import objects
 from nova.virt.libvirt import imagecache as nova_imagecache
 
 from nova_imgtype import record as record_mod
-from nova_imgtype.testing import functional_hosts as base
 from nova_imgtype.virt.libvirt import pool_specs
+from nova_imgtype_testing import functional_hosts as base
 
 MiB = 1024 * 1024
 #: Guest data written into an instance's disk before a move:

@@ -20,9 +20,9 @@ from nova import context as nova_context
 from nova import objects
 from nova.virt.libvirt import driver as stock_driver
 
-from nova_imgtype.testing import functional as base
-from nova_imgtype.testing import libvirtd as real_fixtures
 from nova_imgtype.virt.libvirt import pool_specs
+from nova_imgtype_testing import functional as base
+from nova_imgtype_testing import libvirtd as real_fixtures
 
 
 @pytest.fixture(scope='module')

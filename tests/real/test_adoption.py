@@ -18,8 +18,8 @@ from unittest import mock
 from lxml import etree
 from nova import objects
 
-from nova_imgtype.testing import libvirtd as real
 from nova_imgtype.virt.libvirt import pool_specs
+from nova_imgtype_testing import libvirtd as real
 from tests.real.test_guest_written_headers import _legacy_flat
 from tests.real.test_libvirt_storage import pool_driver  # noqa: F401
 from tests.real.test_native_images import MiB

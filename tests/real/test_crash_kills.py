@@ -21,9 +21,9 @@ import pytest
 from nova import objects
 from nova.virt.libvirt import driver as stock_driver
 
-from nova_imgtype.testing import libvirtd as real
 from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import resolver as resolver_mod
+from nova_imgtype_testing import libvirtd as real
 from tests.real.test_libvirt_storage import _boot_disk
 from tests.real.test_libvirt_storage import pool_driver  # noqa: F401
 from tests.real.test_native_images import conf  # noqa: F401

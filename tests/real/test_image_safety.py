@@ -7,7 +7,7 @@ service and Cinder's API (no Glance or Cinder runs here), as in
 :mod:`tests.real.test_template_handlers`.
 
 The matrix runs every crafted image of
-:mod:`nova_imgtype.testing.crafted_images` through every path, with deep
+:mod:`nova_imgtype_testing.crafted_images` through every path, with deep
 inspection on and off, and asserts that no template or instance disk ever
 references a file outside the image cache, that a hostile image is refused,
 and that a refusal leaves nothing in ``_base`` and no disk.
@@ -25,14 +25,14 @@ from nova.virt.libvirt import imagebackend as nova_imagebackend
 from nova.virt.libvirt import imagecache as nova_imagecache
 from nova.virt.libvirt import utils as libvirt_utils
 
-from nova_imgtype.testing import crafted_images as crafted
-from nova_imgtype.testing import drivers
-from nova_imgtype.testing import libvirtd as real
-from nova_imgtype.testing.cinder import Cinder
 from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import pools
 from nova_imgtype.virt.libvirt import storage
 from nova_imgtype.virt.libvirt.template_handlers import volume_linking
+from nova_imgtype_testing import crafted_images as crafted
+from nova_imgtype_testing import drivers
+from nova_imgtype_testing import libvirtd as real
+from nova_imgtype_testing.cinder import Cinder
 from tests.real.test_native_images import MiB
 from tests.real.test_native_images import conf  # noqa: F401
 from tests.real.test_native_images import driver  # noqa: F401

@@ -10,9 +10,9 @@ import pytest
 
 from nova_imgtype import exception
 from nova_imgtype.stock import volume_disk
-from nova_imgtype.testing import libvirtd as real
 from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import pools
+from nova_imgtype_testing import libvirtd as real
 
 MiB = 1024 * 1024
 

@@ -28,12 +28,12 @@ from nova.virt.libvirt import utils as libvirt_utils
 from oslo_concurrency import processutils
 
 from nova_imgtype import exception
-from nova_imgtype.testing import drivers
-from nova_imgtype.testing import libvirtd as real
 from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import pools
 from nova_imgtype.virt.libvirt import storage
 from nova_imgtype.virt.libvirt import storage_rbd
+from nova_imgtype_testing import drivers
+from nova_imgtype_testing import libvirtd as real
 from tests.real.test_config_drive_ceph import config_drive_fakes
 from tests.real.test_libvirt_storage import _boot_disk
 from tests.real.test_libvirt_storage import _guest_xml

@@ -25,11 +25,11 @@ from oslo_serialization import jsonutils
 
 from nova_imgtype import exception
 from nova_imgtype import record as record_mod
-from nova_imgtype.testing import drivers
 from nova_imgtype.virt.libvirt import cold_move
 from nova_imgtype.virt.libvirt import driver as imgtype_driver
 from nova_imgtype.virt.libvirt import imagecache
 from nova_imgtype.virt.libvirt import pool_specs
+from nova_imgtype_testing import drivers
 
 CONF = nova.conf.CONF
 objects.register_all()

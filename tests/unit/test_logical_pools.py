@@ -21,11 +21,11 @@ from nova.virt import fake
 from nova.virt.libvirt import driver as stock_driver
 
 from nova_imgtype import exception
-from nova_imgtype.testing import drivers
 from nova_imgtype.virt.libvirt import driver as imgtype_driver
 from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import pools
 from nova_imgtype.virt.libvirt import storage
+from nova_imgtype_testing import drivers
 
 STOCK = stock_driver.LibvirtDriver
 VG = 'nova-vg'

@@ -16,6 +16,7 @@ import pathlib
 import pytest
 
 import nova_imgtype
+import nova_imgtype_testing
 
 #: ``module:Class.attr`` or ``module:attr``.
 STOCK_PRIVATE = {
@@ -80,8 +81,10 @@ STOCK_PRIVATE_BY_HAND = {
     'nova.tests.fixtures.glance:GlanceFixture._imagedata',
 }
 
-#: The sources read.
-_SRC = pathlib.Path(nova_imgtype.__file__).parent
+#: The sources read: the package, and the tools of the source tree (the
+#: demo's and the tests' harness).
+_SRC = [pathlib.Path(nova_imgtype.__file__).parent,
+        pathlib.Path(nova_imgtype_testing.__file__).parent]
 
 
 def _resolve(entry):
@@ -127,9 +130,12 @@ def _touched():
     """Private stock names our sources reference, as STOCK_PRIVATE says
     them."""
     found = set()
-    for path in sorted(_SRC.rglob('*.py')):
+    for src, path in sorted((root, path) for root in _SRC
+                            for path in root.rglob('*.py')):
+        if path.name == '__main__.py':
+            continue        # runs the demo when imported
         module_name = '.'.join(
-            ('nova_imgtype',) + path.relative_to(_SRC).with_suffix('').parts)
+            (src.name,) + path.relative_to(src).with_suffix('').parts)
         if module_name.endswith('.__init__'):
             module_name = module_name[:-len('.__init__')]
         tree = ast.parse(path.read_text())

@@ -14,9 +14,9 @@ from nova import objects
 from nova.virt.libvirt import utils as libvirt_utils
 from nova.virt.libvirt.volume import remotefs
 
-from nova_imgtype.testing import drivers
 from nova_imgtype.virt.libvirt import cold_move
 from nova_imgtype.virt.libvirt import remote_storage
+from nova_imgtype_testing import drivers
 from tests.unit.test_driver import STOCK
 from tests.unit.test_driver import _instance
 from tests.unit.test_driver import make_driver  # noqa: F401 - fixture

@@ -19,8 +19,8 @@ from nova import objects
 from nova.virt.libvirt import driver as stock_driver
 from nova.virt.libvirt import utils as libvirt_utils
 
-from nova_imgtype.testing import drivers
 from nova_imgtype.virt.libvirt import remote_storage
+from nova_imgtype_testing import drivers
 
 uri, instances_path, uuid, sysmeta, die_at = sys.argv[1:]
 drv = compute_here.driver(uri, instances_path)

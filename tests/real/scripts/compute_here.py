@@ -6,6 +6,12 @@ anything else of Nova is imported.
 """
 
 import os
+import sys
+
+# The source tree first, as for the tests that start the script: its
+# nova_imgtype_testing (never installed) and its nova_imgtype.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.dirname(os.path.abspath(__file__))))))
 
 from nova_imgtype import releases  # noqa: E402
 
@@ -22,9 +28,9 @@ from nova.tests import fixtures as nova_fixtures  # noqa: E402
 from nova.virt import fake  # noqa: E402
 
 import nova_imgtype.conf  # noqa: E402, F401  (registers our options)
-from nova_imgtype.testing import drivers  # noqa: E402
 from nova_imgtype.virt.libvirt import driver as imgtype_driver  # noqa: E402
 from nova_imgtype.virt.libvirt import pools  # noqa: E402
+from nova_imgtype_testing import drivers  # noqa: E402
 
 
 def driver(uri: str, instances_path: str) -> imgtype_driver.LibvirtDriver:
