@@ -17,7 +17,9 @@
    on both than the minimum (boot times are reported, not judged).
 
 The cloud is taken down at the end, on failure and on Ctrl-C/SIGTERM too,
-unless ``--keep`` (then it prints how to use and stop it).
+unless ``--keep`` (then it prints how to use and stop it); when the gate
+fails, the logs of every service of the cloud (tempest's included) are kept
+first, in ``<base>-logs`` next to it, and the path is printed.
 ``--skip-tempest`` runs the checks only. ``--profile ceph`` (``make gate
 PROFILE=ceph``) runs the same steps on the ``ceph`` profile's cloud (both
 computes and Glance on one Ceph cluster, :mod:`gate.cloud.layout`) with
@@ -28,6 +30,8 @@ its checks (:mod:`gate.check_ceph`), its results in
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import signal
 import sys
 import time
@@ -122,6 +126,19 @@ def judge(state: P.State, skip_tempest: bool = False,
     return 0 if cmp['summary']['ok'] else 1
 
 
+def keep_logs(base: str) -> str | None:
+    """Copy the logs of the cloud at ``base`` to ``<base>-logs`` (the
+    cloud's directory goes with it); the copy's path, or None when there
+    were none."""
+    logs = os.path.join(base, 'logs')
+    if not os.path.isdir(logs):
+        return None
+    kept = os.path.abspath(base).rstrip('/') + '-logs'
+    shutil.copytree(logs, kept, dirs_exist_ok=True)
+    P.progress('the gate failed: its logs kept in %s' % kept)
+    return kept
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog='python -m gate', description=__doc__)
     p.add_argument('--keep', action='store_true',
@@ -160,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
             signal.signal(signal.SIGINT, signal.SIG_IGN)
+            if rc:
+                keep_logs(state.layout.base)
             if D.down(state.layout.base):
                 rc = rc or 1
     return rc
