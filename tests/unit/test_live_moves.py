@@ -24,9 +24,7 @@ def moves(conf):
                 use_storage_pools=False)
     conf.config(host='host1')
     resolver = resolver_mod.BackendResolver(CONF)
-    return live_moves.LiveMoves(resolver, mock.Mock(), CONF,
-                                guest_of=mock.Mock(),
-                                migration_uri=lambda dest: 'x://' + dest)
+    return live_moves.LiveMoves(resolver, mock.Mock(), mock.Mock(), CONF)
 
 
 def _instance(**sysmeta):

@@ -95,11 +95,9 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
             self._resolver, self._pools, self.image_backend, CONF)
         self.image_cache_manager = imagecache.ImageCacheManager(
             self._disks.pool_backing_paths, self._template_handler)
-        self._live = live_moves.LiveMoves(
-            self._resolver, self._disks, CONF,
-            lambda instance: self._host.get_guest(instance),
-            lambda dest: self._live_migration_uri(dest))
         self._stock_steps = driver_steps.StockSteps(self)
+        self._live = live_moves.LiveMoves(self._resolver, self._disks,
+                                          self._stock_steps, CONF)
         self._templates = template_cache.TemplateCache(
             self._resolver, self.image_backend, self._pools,
             self._template_handler, self._downloading_handler, CONF,

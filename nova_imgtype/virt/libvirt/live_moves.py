@@ -40,6 +40,7 @@ from oslo_serialization import jsonutils
 from nova_imgtype import exception
 from nova_imgtype import record as record_mod
 from nova_imgtype import traits
+from nova_imgtype.stock import driver_steps
 from nova_imgtype.stock import migration_xml
 from nova_imgtype.virt.libvirt import instance_disks
 from nova_imgtype.virt.libvirt import live_migration
@@ -63,22 +64,19 @@ class LiveMoves:
 
     :param resolver: the instances' records.
     :param disks: the instances' disks on this host's pools.
+    :param stock: stock's steps of the driver (an instance's guest, the
+        libvirt URI of a destination host).
     :param conf: the configuration nova-compute runs with.
-    :param guest_of: stock's ``Host.get_guest`` (the running guest of an
-        instance).
-    :param migration_uri: stock's ``_live_migration_uri`` (the libvirt
-        URI of a destination host), looked up when called.
     """
 
     def __init__(self, resolver: resolver_mod.BackendResolver,
-                 disks: instance_disks.InstanceDisks, conf: cfg.ConfigOpts,
-                 guest_of: Callable[[objects.Instance], Any],
-                 migration_uri: Callable[[str], str]) -> None:
+                 disks: instance_disks.InstanceDisks,
+                 stock: driver_steps.StockSteps,
+                 conf: cfg.ConfigOpts) -> None:
         self._resolver = resolver
         self._disks = disks
+        self._stock = stock
         self._conf = conf
-        self._guest_of = guest_of
-        self._migration_uri = migration_uri
         #: Instances whose disks this host made for a live migration
         #: arriving here (:meth:`arrive`), until it ends: this host's own
         #: knowledge, which no save of the instance elsewhere drops.
@@ -234,7 +232,7 @@ class LiveMoves:
             dest = migrate_data.target_connect_addr
         try:
             remote_storage.LibvirtRemoteFilesystem(
-                self._migration_uri).fill(src, dest, target)
+                self._stock.live_migration_uri).fill(src, dest, target)
         except (libvirt.libvirtError, OSError) as e:
             raise nova_exception.MigrationError(reason=_(
                 'cannot copy the config drive %(src)s of instance %(uuid)s '
@@ -250,7 +248,7 @@ class LiveMoves:
         if self._resolver.decision_for(instance).storage != \
                 resolver_mod.POOLS:
             return []
-        xml = (guest or self._guest_of(instance)).get_xml_desc()
+        xml = (guest or self._stock.guest(instance)).get_xml_desc()
         path = libvirt_utils.get_instance_path(instance)
         disks = live_migration.local_disks(xml, instance.uuid, path)
         drive = live_migration.config_drive(xml, instance.uuid, path)
