@@ -223,7 +223,7 @@ class ColdMove:
             if shared_pool and dest_pools:
                 # The copies are in this pool's directory too (same host,
                 # or a shared one): make libvirt see them.
-                pool.refresh(0)
+                pool_specs.refresh(pool)
             return jsonutils.dumps(disk_info)
 
     def _send(self, copies: list[Copy], shared_dir: bool,

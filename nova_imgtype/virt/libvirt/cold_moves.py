@@ -172,7 +172,7 @@ class ColdMoves:
                 instance.save()
             # The volume files came with the migration: show them to
             # libvirt.
-            self._disks.instance_pool(instance).refresh(0)
+            pool_specs.refresh(self._disks.instance_pool(instance))
         elif (self._disks.can_move_to_pools(instance) and
                 not booted_from_volume):
             # Transition: the legacy files just copied here go into the

@@ -116,7 +116,7 @@ class InstanceDisks:
         pool_name = self._resolver.pool_for(decision.backend)
         pool = self.pools.get(pool_name)
         if pool_specs.pool_type(pool) != 'dir':
-            pool.refresh(0)
+            pool_specs.refresh(pool)
             self._resolver.record(instance, self._resolver.with_storage(
                 decision, resolver_mod.POOLS))
             instance.save()
@@ -283,7 +283,7 @@ class InstanceDisks:
             if removed:
                 pool = self.pools.dir_pool_at(directory)
                 if pool is not None and pool.isActive():
-                    pool.refresh(0)
+                    pool_specs.refresh(pool)
         except Exception as e:  # noqa: BLE001 - tried again by stock's task
             LOG.warning('Could not remove the volumes of the instance from '
                         '%(dir)s: %(e)s', {'dir': directory, 'e': e},

@@ -215,7 +215,7 @@ class StoragePools:
 
     def refresh(self, name: str) -> None:
         """Make libvirt see files added to the pool's directory by hand."""
-        self.get(name).refresh(0)
+        pool_specs.refresh(self.get(name))
 
     # -- volumes ------------------------------------------------------------
 
@@ -348,7 +348,7 @@ class StoragePools:
         :param uploader: who uploads (the host); the caller holds a lock on
             ``name`` among this uploader's processes.
         """
-        pool.refresh(0)
+        pool_specs.refresh(pool)
         found = self.find_volume(pool, name)
         if found is not None:
             return found
@@ -371,7 +371,7 @@ class StoragePools:
                                  name, *cli)
         except (processutils.ProcessExecutionError, OSError,
                 nova_exception.NovaException) as e:
-            pool.refresh(0)
+            pool_specs.refresh(pool)
             half = self.find_volume(pool, part)
             if half is not None:
                 half.delete(0)
@@ -383,7 +383,7 @@ class StoragePools:
                 return won
             raise exception.VolumeCreateFailed(
                 pool=pool.name(), volume=name, reason=str(e)) from e
-        pool.refresh(0)
+        pool_specs.refresh(pool)
         LOG.info('Uploaded template %s into storage pool %s (Ceph pool %s)',
                  name, pool.name(), ceph_pool)
         return pool.storageVolLookupByName(name)

@@ -224,9 +224,9 @@ def _pool_at(conn: libvirt.virConnect,
             libvirt.VIR_CONNECT_LIST_STORAGE_POOLS_ACTIVE |
             libvirt.VIR_CONNECT_LIST_STORAGE_POOLS_DIR):
         if os.path.normpath(pool_specs.pool_target(pool)) == directory:
-            pool.refresh(0)
+            pool_specs.refresh(pool)
             yield pool
-            pool.refresh(0)
+            pool_specs.refresh(pool)
             return
     pool = conn.storagePoolCreateXML(_pool_xml(directory), 0)
     try:

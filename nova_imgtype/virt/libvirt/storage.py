@@ -131,7 +131,7 @@ class LibvirtStorage(sizes.InProcessSizes, imagebackend.Image):
         if template is None:
             # The cache gained a file libvirt has not seen yet (a refresh
             # reads every template's header: only then).
-            cache.refresh(0)
+            pool_specs.refresh(cache)
             template = cache.storageVolLookupByName(name)
         if base_format is None:
             # Deep inspection off (or a template made here, ``safe``): as

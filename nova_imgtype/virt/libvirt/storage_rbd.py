@@ -76,7 +76,7 @@ class RbdStorage(storage.LibvirtStorage):
             return
         except exception.VolumeCreateFailed:
             name = rbd_template.name()
-            disks.refresh(0)
+            pool_specs.refresh(disks)
             if self.pools.find_volume(disks, name) is not None:
                 raise
             LOG.warning('Template %s left the Ceph pool before its clone '
@@ -149,7 +149,7 @@ class RbdStorage(storage.LibvirtStorage):
         prepare_template(*args, target=base, **kwargs)
         if self.driver.exists(self.rbd_name):
             # Cloned by stock: libvirt has not seen it yet.
-            self._pool.refresh(0)
+            pool_specs.refresh(self._pool)
             self._grow(base, size)
             return
         super().create_image(prepare_template, base, size, safe, *args,
@@ -294,5 +294,5 @@ def remove_unused_templates(pools: pools_mod.StoragePools, pool: Any,
                  ceph_pool)
         removed.append(name)
     if removed:
-        pool.refresh(0)
+        pool_specs.refresh(pool)
     return removed
