@@ -244,6 +244,12 @@ def nova_compute_conf(base: str, c: L.Compute, driver: str,
         'allow_resize_to_same_host': False,
         'heal_instance_info_cache_interval': -1,
         'resume_guests_state_on_host_boot': False,
+        # Two cores: at Nova's ratio (4.0) a compute has 8 VCPUs, and
+        # tempest at concurrency 6 fills one now and then, when a test
+        # needs room on both hosts at once (an anti-affinity group, a
+        # resize to the other host: placement offers one host, "No valid
+        # host"). Upstream CI's 8-core nodes have 32; so have these.
+        'cpu_allocation_ratio': '16.0',
     })
     libvirt: dict[str, Value] = {
         'virt_type': 'kvm' if kvm else 'qemu',

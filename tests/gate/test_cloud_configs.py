@@ -97,6 +97,16 @@ def test_stock_computes_carry_no_plugin_option():
         assert 'use_storage_pools' not in cp['libvirt']
 
 
+def test_both_drivers_computes_have_room_for_two_host_tests():
+    """The same VCPU room on stock's computes and the plugin's: 32 on two
+    cores, so that placement offers both hosts to a test that needs two
+    while tempest runs six at once."""
+    for driver in (L.PLUGIN_DRIVER, L.STOCK_DRIVER):
+        for c in L.COMPUTES:
+            cp = parse(configs.nova_compute_conf(BASE, c, driver, True))
+            assert float(cp['DEFAULT']['cpu_allocation_ratio']) == 16.0
+
+
 def test_each_libvirtd_listens_on_its_own_address_with_its_own_uuid():
     confs = [configs.libvirtd_conf(c) for c in L.COMPUTES]
     for c, text in zip(L.COMPUTES, confs, strict=True):
