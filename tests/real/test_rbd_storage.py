@@ -358,7 +358,10 @@ def test_a_confirmed_resize_leaves_no_snapshot(rbd_driver, raw_image,
     inst, disk = _boot_disk(rbd_driver, image_id, 'raw')
     spec = ceph_cluster.image_spec(pool_specs.volume_name(inst.uuid, 'disk'))
     ceph_cluster.rbd('snap', 'create', '%s@%s' % (spec, RESIZE_SNAPSHOT))
+    # What stock's confirm reads of the instance (the old flavor, for a
+    # vTPM; the host, for the domain).
     inst.host = nova_conf.CONF.host
+    inst.old_flavor = inst.new_flavor = objects.Flavor(extra_specs={})
     rbd_driver._cleanup_resize(None, inst, None)
     assert ceph_cluster.rbd_json('snap', 'ls', spec) == []
 
