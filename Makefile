@@ -93,7 +93,7 @@ gate: gate-venv
 	$(PY) -m gate --profile $(PROFILE) $(if $(KEEP),--keep) $(if $(TIMING),--timing)
 
 demo: venv
-	$(VENV)/bin/nova-imgtype demo
+	$(PY) -m nova_imgtype_testing
 
 
 # The time-to-first-disk benchmark serves its images from a real
@@ -107,8 +107,8 @@ bench-compare: gate-venv
 	$(PY) -m benchmarks.compare $(BASE) $(BENCHMARKS)
 
 pep8: venv
-	$(VENV)/bin/ruff check nova_imgtype nova tests benchmarks gate
-	$(VENV)/bin/mypy nova_imgtype gate benchmarks
+	$(VENV)/bin/ruff check nova_imgtype nova_imgtype_testing nova tests benchmarks gate
+	$(VENV)/bin/mypy nova_imgtype nova_imgtype_testing gate benchmarks
 
 genconfig: venv
 	$(VENV)/bin/oslo-config-generator --config-file etc/oslo-config-generator/nova-imgtype.conf

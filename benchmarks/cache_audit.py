@@ -12,9 +12,10 @@ instances' names), untimed:
   N real qcow2 overlay files on four cached templates (two raw, two
   qcow2 kept natively).
 - plugin: our ``ImageCacheManager`` as our ``LibvirtDriver`` builds it,
-  with the driver's ``_pool_backing_paths``: the ``<backingStore>`` of each
-  volume of ``nova-disks-pool``, read from libvirt: here N qcow2 overlay
-  volumes on the same templates, in a dir pool of a throwaway libvirtd
+  with the driver's ``InstanceDisks.pool_backing_paths``: the
+  ``<backingStore>`` of each volume of ``nova-disks-pool``, read from
+  libvirt: here N qcow2 overlay volumes on the same templates, in a dir
+  pool of a throwaway libvirtd
   (the instances' directories exist, without disk files, as for pool
   instances).
 
@@ -48,10 +49,12 @@ from nova.virt.libvirt import imagecache as nova_imagecache
 from oslo_config import fixture as config_fixture
 
 from benchmarks import sampling
-from nova_imgtype.testing import libvirtd as real
 from nova_imgtype.virt.libvirt import driver as imgtype_driver
 from nova_imgtype.virt.libvirt import imagecache
+from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import pools
+from nova_imgtype_testing import drivers
+from nova_imgtype_testing import libvirtd as real
 
 CONF = nova.conf.CONF
 MiB = 1024 ** 2
@@ -95,10 +98,10 @@ def run() -> list[dict[str, Any]]:
         cfg.config(group='libvirt', images_type='flat',
                    images_type_mapping='qcow2:qcow2', use_storage_pools=True)
         drv = imgtype_driver.LibvirtDriver(fake.FakeVirtAPI(), False)
-        drv._pools = drv.image_backend.pools = pools.StoragePools(
-            lambda: conn)
+        drivers.use_pools(drv, pools.StoragePools(
+            lambda: conn))
         made = [drv._pools.ensure(spec, autostart=False)
-                for spec in pools.default_specs(instances)]
+                for spec in pool_specs.default_specs(instances)]
         return _measure(drv, instances, daemon.give)
     finally:
         for pool in made:
@@ -146,8 +149,8 @@ def _measure(drv: Any, instances: str,
     base = os.path.join(instances, '_base')
     templates = _templates(base)
     storage = drv._pools
-    storage.refresh(pools.BASE_POOL)
-    disks_pool = storage.get(pools.DISKS_POOL)
+    storage.refresh(pool_specs.BASE_POOL)
+    disks_pool = storage.get(pool_specs.DISKS_POOL)
     # One overlay per template, made as stock makes instance disks.
     seeds = []
     volume_seeds: list[str] = []
@@ -173,12 +176,12 @@ def _measure(drv: Any, instances: str,
             shutil.copyfile(seeds[i % len(seeds)],
                             os.path.join(instances, inst, 'disk'))
             names['stock'].add(inst)
-        target = pools.pool_target(disks_pool)
+        target = pool_specs.pool_target(disks_pool)
         while len(names['plugin']) < n:
             i = len(names['plugin'])
             inst = str(uuid.uuid4())
             os.makedirs(os.path.join(instances, inst))
-            volume = pools.volume_name(inst, 'disk')
+            volume = pool_specs.volume_name(inst, 'disk')
             if i < len(templates):
                 path, fmt = templates[i]
                 storage.create_cow(disks_pool, volume, path, fmt, GiB)
@@ -229,7 +232,8 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
         'backed by), with N instance disks on %d cached templates. Stock: '
         "stock Nova's manager, `qemu-img info` (as nova-compute runs it) "
         'on each `<instances_path>/<uuid>/disk`, real qcow2 overlay files. '
-        "Plugin: our manager with the driver's `_pool_backing_paths`, each "
+        "Plugin: our manager with the driver's "
+        "`InstanceDisks.pool_backing_paths`, each "
         "`nova-disks-pool` volume's `<backingStore>` read from a throwaway "
         'libvirtd (real dir pool, real qcow2 overlay volumes). Stock and '
         'plugin alternated in one run; median of the runs shown; `vs '

@@ -54,11 +54,11 @@ from nova.virt.libvirt import utils as libvirt_utils
 from oslo_config import fixture as config_fixture
 
 from benchmarks import fakes
-from nova_imgtype.testing import glance as glance_data
-from nova_imgtype.testing import libvirtd as real
 from nova_imgtype.virt.libvirt import driver as imgtype_driver
 from nova_imgtype.virt.libvirt import imagecache
 from nova_imgtype.virt.libvirt.template_handlers import downloading
+from nova_imgtype_testing import glance as glance_data
+from nova_imgtype_testing import libvirtd as real
 
 CONF = nova.conf.CONF
 MiB = 1024 ** 2

@@ -26,8 +26,9 @@ from nova.virt import images
 from nova.virt.libvirt import utils as libvirt_utils
 
 from benchmarks import sampling
-from nova_imgtype.testing import libvirtd as real
+from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import pools
+from nova_imgtype_testing import libvirtd as real
 
 GiB = 1024 ** 3
 MiB = 1024 ** 2
@@ -82,7 +83,7 @@ def run() -> list[dict[str, Any]]:
         import libvirt
         conn = libvirt.open(daemon.uri)
         storage = pools.StoragePools(lambda: conn)
-        base_spec, disks_spec = pools.default_specs(work)
+        base_spec, disks_spec = pool_specs.default_specs(work)
         base_pool = storage.ensure(base_spec, autostart=False)
         disks = storage.ensure(disks_spec, autostart=False)
         for size in (GiB, 10 * GiB):
@@ -123,7 +124,7 @@ def _measure(label: str, image: str, fmt: str, size: int, work: str,
     convert_s = _median(stock_convert) if fmt != 'raw' else 0.0
     if fmt == 'raw':
         stock_convert(0)
-    storage.refresh(pools.BASE_POOL)
+    storage.refresh(pool_specs.BASE_POOL)
     native_vol = base_pool.storageVolLookupByName('native')
     inst_dir = os.path.join(work, 'instance')
     os.makedirs(inst_dir, exist_ok=True)
@@ -176,7 +177,7 @@ def _measure(label: str, image: str, fmt: str, size: int, work: str,
     shutil.rmtree(inst_dir)
     for path in (native, converted):
         os.unlink(path)
-    storage.refresh(pools.BASE_POOL)
+    storage.refresh(pool_specs.BASE_POOL)
     return rows
 
 

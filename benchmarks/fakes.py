@@ -8,7 +8,7 @@ import os
 import uuid
 from typing import Any
 
-from nova_imgtype.testing import cinder
+from nova_imgtype_testing import cinder
 
 MiB = 1024 * 1024
 #: The volume behind an image in Glance's cinder store.

@@ -98,12 +98,14 @@ from oslo_utils import fileutils
 from benchmarks import fakes
 from benchmarks import glance_endpoint
 from benchmarks import sampling
-from nova_imgtype.testing import glance as glance_data
-from nova_imgtype.testing import libvirtd as real
 from nova_imgtype.virt.libvirt import imagecache
+from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import pools
 from nova_imgtype.virt.libvirt.template_handlers import downloading
 from nova_imgtype.virt.libvirt.template_handlers import volume_linking
+from nova_imgtype_testing import drivers
+from nova_imgtype_testing import glance as glance_data
+from nova_imgtype_testing import libvirtd as real
 
 CONF = nova.conf.CONF
 LABEL = 'time to first disk'
@@ -270,8 +272,9 @@ class _Bench:
         for fix in self.fixtures:
             fix.setUp()
         self.storage = pools.StoragePools(lambda: conn)
-        self.made_pools = [self.storage.ensure(spec, autostart=False)
-                           for spec in pools.default_specs(self.instances)]
+        self.made_pools = [
+            self.storage.ensure(spec, autostart=False)
+            for spec in pool_specs.default_specs(self.instances)]
         self.cinder = fakes.Cinder()
         self.drivers: dict[str, Any] = {}
         for method in METHODS:
@@ -280,7 +283,7 @@ class _Bench:
                 drv = stock_driver.LibvirtDriver(fake.FakeVirtAPI(), False)
             else:
                 drv = imgtype_driver.LibvirtDriver(fake.FakeVirtAPI(), False)
-                drv._pools = drv.image_backend.pools = self.storage
+                drivers.use_pools(drv, self.storage)
                 if method == LINKING:
                     handler = drv._template_handler
                     assert isinstance(
@@ -335,9 +338,9 @@ class _Bench:
 
     def remove_disk(self, method: str, inst: Any) -> None:
         if method in (POOL_COW, POOL_COPY):
-            pool = self.storage.get(pools.DISKS_POOL)
+            pool = self.storage.get(pool_specs.DISKS_POOL)
             pool.storageVolLookupByName(
-                pools.volume_name(inst.uuid, 'disk')).delete(0)
+                pool_specs.volume_name(inst.uuid, 'disk')).delete(0)
         shutil.rmtree(libvirt_utils.get_instance_path(inst))
 
     def templates(self) -> list[str]:
@@ -350,7 +353,7 @@ class _Bench:
             # Releases a linked template's attachment; deletes a file.
             self.linker.remove_image(path)
         assert not self.templates() and not self.cinder.attachments
-        self.storage.refresh(pools.BASE_POOL)
+        self.storage.refresh(pool_specs.BASE_POOL)
 
     def cache_bytes(self) -> int:
         return sum(os.lstat(p).st_blocks * 512 for p in self.templates())

@@ -52,11 +52,12 @@ from typing import Any
 import libvirt
 
 from benchmarks import sampling
-from nova_imgtype.testing import libvirtd as real
 from nova_imgtype.virt.libvirt import live_migration
+from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import pools as pools_mod
 from nova_imgtype.virt.libvirt import remote_storage
 from nova_imgtype.virt.libvirt import resolver as resolver_mod
+from nova_imgtype_testing import libvirtd as real
 
 MiB = 1024 ** 2
 GiB = 1024 ** 3
@@ -165,7 +166,7 @@ def _same(a: str, b: str) -> bool:
 def _pool(conn: libvirt.virConnect, directory: str) -> Any:
     os.makedirs(directory, exist_ok=True)
     pool = pools_mod.StoragePools(lambda: conn).ensure(
-        pools_mod.PoolSpec(pools_mod.DISKS_POOL, 'dir', directory),
+        pool_specs.PoolSpec(pool_specs.DISKS_POOL, 'dir', directory),
         autostart=False)
     pool.refresh(0)     # the last run's volumes were removed as files
     return pool

@@ -48,11 +48,11 @@ from oslo_config import fixture as config_fixture
 
 from benchmarks import fakes
 from benchmarks import sampling
-from nova_imgtype.testing import glance as glance_data
 from nova_imgtype.virt.libvirt import imagecache
 from nova_imgtype.virt.libvirt import template_handlers
 from nova_imgtype.virt.libvirt.template_handlers import downloading
 from nova_imgtype.virt.libvirt.template_handlers import volume_linking
+from nova_imgtype_testing import glance as glance_data
 
 CONF = nova.conf.CONF
 GiB = 1024 ** 3

@@ -42,7 +42,7 @@ from typing import Any
 from xml.sax.saxutils import escape
 from xml.sax.saxutils import quoteattr
 
-from nova_imgtype.testing import procs
+from nova_imgtype_testing import procs
 
 StrPath = str | os.PathLike[str]
 #: Starts one daemon: (name such as ``ceph-mon.a``, argv, environment),

@@ -73,7 +73,10 @@ class StorageException(ImgtypeException):
     msg_fmt = _("libvirt storage error on pool %(pool)s")
 
 
-class StorageUnavailable(ImgtypeException):
+class StorageUnavailable(StorageException):
+    """libvirt does not answer, or refuses, for the pool: nothing can be
+    said of it (never "not found")."""
+
     msg_fmt = _("Storage pool %(pool)s is unavailable: %(reason)s")
 
 
@@ -147,3 +150,11 @@ class LinkedTemplateChanged(ImgtypeException,
     msg_fmt = _('Image %(image_id)s is unacceptable: linked template '
                 '%(template)s is not what was accepted (%(fmt)s): '
                 '%(reason)s')
+
+
+class StockFactBroken(ImgtypeException):
+    """The installed Nova's source no longer does what a hook of
+    :mod:`nova_imgtype.stock` relies on."""
+
+    msg_fmt = _("Stock Nova's %(where)s no longer matches %(step)r, in "
+                "order: %(why)s")

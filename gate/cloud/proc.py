@@ -28,9 +28,9 @@ from gate.cloud.layout import Layout
 from gate.cloud.layout import computes as computes_of
 
 # /proc as the real tier's daemons read it (pids, mount namespaces).
-from nova_imgtype.testing.procs import all_pids as all_pids
-from nova_imgtype.testing.procs import cmdline as cmdline
-from nova_imgtype.testing.procs import mnt_ns as mnt_ns
+from nova_imgtype_testing.procs import all_pids as all_pids
+from nova_imgtype_testing.procs import cmdline as cmdline
+from nova_imgtype_testing.procs import mnt_ns as mnt_ns
 
 _T0 = time.monotonic()
 _print_lock = threading.Lock()

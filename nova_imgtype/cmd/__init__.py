@@ -7,9 +7,6 @@ waited on for ever (:func:`refuse_special_files`), is one line, not a
 traceback; so is an option whose value cannot be read
 (:func:`config_value_errors`). Both commands check the options as
 nova-compute does when it starts (:func:`check_as_nova_compute`).
-``nova-imgtype demo``, which runs Nova's services in-process, chooses
-Nova's concurrency mode (native threads, as Nova 34's services) before it
-imports anything of Nova.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
 """``nova-imgtype``: operator commands.
 
-``nova-imgtype demo`` boots a matrix of servers in an in-process stock Nova
-(see :mod:`nova_imgtype.demo`).
-
 ``nova-imgtype check --config-file /etc/nova/nova.conf [--format table|json]``
 validates the plugin's options the way nova-compute will, and prints for
 every Glance disk_format the backend a new instance gets, whether its image
@@ -12,32 +9,31 @@ is converted, and the image-type trait the node reports for it.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Sequence
 from typing import Any
 
+import prettytable
 from oslo_config import cfg
 
 from nova_imgtype import cmd
 
 # Nova's CONF: check() imports Nova, which registers Nova's options (and
-# ours) on it; not before main() knows the command (see the demo there).
+# ours) on it; not before main() knows the command.
 CONF: cfg.ConfigOpts = cfg.CONF
 
 
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
-    """Plain-text table of dict rows, columns in the first row's order."""
+    """A table of dict rows, columns in the first row's order, as
+    nova-manage prints its tables (``prettytable``)."""
     if not rows:
         return ''
     cols = list(rows[0])
-    cells = [[str(r[c]) for c in cols] for r in rows]
-    widths = [max(len(c), *(len(row[i]) for row in cells))
-              for i, c in enumerate(cols)]
-    fmt = ' | '.join('%%-%ds' % w for w in widths)
-    out = [fmt % tuple(cols), '-+-'.join('-' * w for w in widths)]
-    out += [fmt % tuple(row) for row in cells]
-    return '\n'.join(s.rstrip() for s in out)
+    table = prettytable.PrettyTable(cols)
+    table.align = 'l'
+    for row in rows:
+        table.add_row([str(row[c]) for c in cols])
+    return str(table.get_string())
 
 
 def resolution_rows(conf: cfg.ConfigOpts) -> list[dict[str, Any]]:
@@ -102,10 +98,6 @@ def add_command_parsers(subparsers: Any) -> None:
         'backend, conversion and trait of a new instance')
     parser.add_argument('--format', dest='out_format',
                         choices=('table', 'json'), default='table')
-    subparsers.add_parser(
-        'demo', help='boot a matrix of servers in an in-process stock Nova '
-        'with three nodes on the plugin, then on stock Nova, and print '
-        'what each got (needs the test requirements)')
 
 
 command_opt = cfg.SubCommandOpt('command', title='Commands',
@@ -144,24 +136,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         with cmd.config_file_errors():
             CONF(args, project='nova', prog='nova-imgtype',
                  default_config_files=[])
-        command = CONF.command.name
-        if command == 'check':
-            return check(CONF, CONF.command.out_format)
+        return check(CONF, CONF.command.out_format)
     except cfg.Error as e:
         print('ERROR: %s' % e, file=sys.stderr)
         return 2
     finally:
         CONF.reset()
         CONF.unregister_opt(command_opt)
-    # The demo runs Nova's services (and own harness, which sets up the
-    # config itself) in this process, in native threads as Nova 34's
-    # services run: chosen before any of Nova is imported, through the
-    # variable Nova's test packages obey too.
-    os.environ.setdefault('OS_NOVA_DISABLE_EVENTLET_PATCHING', '1')
-    from nova import monkey_patch
-    monkey_patch.patch(backend='threading')
-    from nova_imgtype import demo
-    return demo.run()
 
 
 def run() -> None:

@@ -3,7 +3,7 @@
 Like ``nova-status upgrade check`` (oslo.upgradecheck): run it with the
 scheduler's nova.conf (it needs ``[placement]`` credentials) before turning
 ``[scheduler]filter_hosts_by_image_type_support`` on, and after upgrading
-compute nodes.
+compute nodes or the Nova under nova-imgtype.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from oslo_upgradecheck import upgradecheck
 import nova_imgtype.conf
 from nova_imgtype import cmd
 from nova_imgtype import exception
+from nova_imgtype import stock
 
 CONF: cfg.ConfigOpts = nova_imgtype.conf.CONF
 
@@ -97,6 +98,19 @@ class Checks(upgradecheck.UpgradeCommands):
             return upgradecheck.Result(upgradecheck.Code.FAILURE, str(e))
         return upgradecheck.Result(upgradecheck.Code.SUCCESS)
 
+    def _check_stock_hooks(self) -> upgradecheck.Result:
+        """The installed Nova does what nova-imgtype's hooks into its code
+        rely on (:mod:`nova_imgtype.stock`): run it after installing a new
+        Nova, before restarting nova-compute on it."""
+        broken = stock.broken()
+        if broken:
+            return upgradecheck.Result(
+                upgradecheck.Code.FAILURE,
+                'This Nova is not one this nova-imgtype was made for; '
+                'upgrade nova-imgtype before restarting nova-compute with '
+                'it. ' + ' '.join(broken))
+        return upgradecheck.Result(upgradecheck.Code.SUCCESS)
+
     def check(self) -> upgradecheck.Code:
         """The checks; an option whose value cannot be read at all (a
         substitution loop) is one ``ERROR:`` line and failure, as a config
@@ -112,6 +126,7 @@ class Checks(upgradecheck.UpgradeCommands):
     #: placement is asked anything.
     _upgrade_checks = (
         ('nova-imgtype options', _check_options),
+        ('Stock Nova hooks', _check_stock_hooks),
         ('Image type traits', _check_image_type_traits),
     )
 

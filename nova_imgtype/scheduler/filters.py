@@ -18,24 +18,23 @@ named in ``[filter_scheduler]enabled_filters``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from nova import context as nova_context
 from nova import exception as nova_exception
 from nova.scheduler import filters
-from nova.scheduler import request_filter
 from nova.scheduler.client import report
 from oslo_log import log as logging
 from stevedore import extension
 
 from nova_imgtype.scheduler import request_filters
+from nova_imgtype.stock import request_filters as stock_request_filters
 
 LOG = logging.getLogger(__name__)
 
 NAMESPACE = 'nova_imgtype.scheduler.request_filters'
 
-RequestFilter = Callable[[Any, Any], bool]
+RequestFilter = stock_request_filters.RequestFilter
 
 
 def request_filter_plugins() -> list[RequestFilter]:
@@ -49,12 +48,9 @@ def request_filter_plugins() -> list[RequestFilter]:
 
 
 def register_request_filters() -> list[RequestFilter]:
-    """Append our request filters to Nova's list, each once."""
-    added = []
-    for plugin in request_filter_plugins():
-        if plugin not in request_filter.ALL_REQUEST_FILTERS:
-            request_filter.ALL_REQUEST_FILTERS.append(plugin)
-            added.append(plugin)
+    """Append our request filters to Nova's list, each once
+    (:mod:`nova_imgtype.stock.request_filters`)."""
+    added = stock_request_filters.append(request_filter_plugins())
     if added:
         LOG.info('nova-imgtype request filters registered: %s',
                  ', '.join(f.__name__ for f in added))

@@ -7,7 +7,7 @@ classes run under pytest:
   as Nova's own test packages do: native threads, as in production
   (``tests/__init__.py``).
 * ``[wsgi]api_paste_config`` of a wheel install: set by
-  :mod:`nova_imgtype.testing.functional` when it is imported.
+  :mod:`nova_imgtype_testing.functional` when it is imported.
 * ``nova.test.TestCase._clear_attrs`` (a cleanup) deletes every public
   instance attribute, including the bound test method pytest's unittest
   runner set on the instance and deletes itself afterwards

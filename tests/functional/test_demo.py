@@ -1,4 +1,4 @@
-"""``nova-imgtype demo`` (``make demo``), run whole.
+"""The demo (``make demo``), run whole.
 
 Real: stock Nova's API, conductor, scheduler (our request filter loaded
 through ``available_filters``), placement, compute managers, our driver and
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import io
 
-from nova_imgtype import demo
+from nova_imgtype_testing import demo
 
 
 def _rows(rows: list[demo.Row], image: str, cloud: str) -> list[demo.Row]:
@@ -57,8 +57,9 @@ def test_demo_boots_the_matrix_and_shows_what_the_plugin_saves() -> None:
     assert 'No valid host' not in stock_ploop.status
 
     table = demo.format_rows(rows)
-    assert table.count('\n') == len(rows) + 1
-    assert 'host traits' in table.splitlines()[0]
+    # Borders, the header, its rule and one line per row.
+    assert table.count('\n') == len(rows) + 3
+    assert 'host traits' in table.splitlines()[1]
 
 
 def test_run_prints_the_table_and_the_nodes(monkeypatch) -> None:

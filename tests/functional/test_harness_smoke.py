@@ -10,8 +10,8 @@ import os
 
 from oslo_utils import units
 
-from nova_imgtype.testing import functional as base
 from nova_imgtype.virt.libvirt import driver as imgtype_driver
+from nova_imgtype_testing import functional as base
 
 
 class HarnessSmokeTest(base.ImgtypeServersTestBase):

@@ -34,7 +34,7 @@ from nova.tests.functional.api import client as api_client
 
 from nova_imgtype.cmd import status
 from nova_imgtype.scheduler import request_filters
-from nova_imgtype.testing import functional as base
+from nova_imgtype_testing import functional as base
 
 NATIVE = {'force_raw_images': False}
 CONVERT = {'force_raw_images': True}

@@ -17,8 +17,8 @@ import fixtures
 from nova import context as nova_context
 from nova import objects
 
-from nova_imgtype.testing import functional as base
 from nova_imgtype.virt.libvirt import imagecache
+from nova_imgtype_testing import functional as base
 
 QCOW2_NATIVE = {'images_type': 'flat', 'images_type_mapping': 'qcow2:qcow2',
                 'force_raw_images': True}

@@ -16,8 +16,8 @@ import textwrap
 import fixtures
 from nova.tests.functional.api import client
 
-from nova_imgtype.testing import functional as base
 from nova_imgtype.virt.libvirt import backends
+from nova_imgtype_testing import functional as base
 
 BACKEND_MODULE = '''
 from nova.virt.libvirt import imagebackend

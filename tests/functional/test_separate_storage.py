@@ -24,8 +24,8 @@ from nova import objects
 from nova.virt.libvirt import imagecache as nova_imagecache
 
 from nova_imgtype import record as record_mod
-from nova_imgtype.testing import functional_hosts as base
-from nova_imgtype.virt.libvirt import pools
+from nova_imgtype.virt.libvirt import pool_specs
+from nova_imgtype_testing import functional_hosts as base
 
 MiB = 1024 * 1024
 #: Guest data written into an instance's disk before a move:
@@ -172,19 +172,19 @@ class PoolDisksTest(FileDisksTest):
 
     def disk_of(self, server: dict[str, Any], host: str) -> str:
         vol = self.connections[host].storagePoolLookupByName(
-            pools.DISKS_POOL).storageVolLookupByName(
-                pools.volume_name(server['id'], 'disk'))
+            pool_specs.DISKS_POOL).storageVolLookupByName(
+                pool_specs.volume_name(server['id'], 'disk'))
         path: str = vol.path()
         return path
 
     def whole(self, server: dict[str, Any]) -> list[str]:
         """Its directory and its root disk's volume."""
-        return [server['id'], pools.volume_name(server['id'], 'disk')]
+        return [server['id'], pool_specs.volume_name(server['id'], 'disk')]
 
     def owned_by(self, server: dict[str, Any], host: str) -> list[str]:
         """Files, and volumes of the disks pool, of ``server`` on
         ``host``."""
-        volumes = [v for v in self.volumes(host, pools.DISKS_POOL)
+        volumes = [v for v in self.volumes(host, pool_specs.DISKS_POOL)
                    if v.startswith(server['id'])]
         return super().owned_by(server, host) + volumes
 
@@ -193,7 +193,7 @@ class PoolDisksTest(FileDisksTest):
         stays on its host here), reverted, resized again and confirmed."""
         self._start(pools_on=True)
         server = self._boot()
-        uuid, disk = server['id'], pools.volume_name(server['id'], 'disk')
+        uuid, disk = server['id'], pool_specs.volume_name(server['id'], 'disk')
         self.assertEqual([uuid, disk], self.owned_by(server, 'compute1'))
         self.assert_template_recorded(server)
 

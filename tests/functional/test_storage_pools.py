@@ -20,9 +20,9 @@ from nova import context as nova_context
 from nova import objects
 from nova.virt.libvirt import driver as stock_driver
 
-from nova_imgtype.testing import functional as base
-from nova_imgtype.testing import libvirtd as real_fixtures
-from nova_imgtype.virt.libvirt import pools
+from nova_imgtype.virt.libvirt import pool_specs
+from nova_imgtype_testing import functional as base
+from nova_imgtype_testing import libvirtd as real_fixtures
 
 
 @pytest.fixture(scope='module')
@@ -60,7 +60,7 @@ class StoragePoolsTest(base.ImgtypeServersTestBase):
             'nova.virt.libvirt.driver.LibvirtDriver._get_guest_xml', spy))
 
     def _disks_pool(self) -> Any:
-        return self.conn.storagePoolLookupByName(pools.DISKS_POOL)
+        return self.conn.storagePoolLookupByName(pool_specs.DISKS_POOL)
 
     def _domain_disk(self, server: dict[str, Any]) -> Any:
         """The first disk of the guest XML the driver last generated."""
@@ -73,8 +73,8 @@ class StoragePoolsTest(base.ImgtypeServersTestBase):
         self.start_compute('compute2', images_type='qcow2')
         # Pools were made at start, over the cache and under instances_path.
         self.assertTrue(self._disks_pool().isActive())
-        base_pool = self.conn.storagePoolLookupByName(pools.BASE_POOL)
-        self.assertEqual(self.base_dir, pools.pool_target(base_pool))
+        base_pool = self.conn.storagePoolLookupByName(pool_specs.BASE_POOL)
+        self.assertEqual(self.base_dir, pool_specs.pool_target(base_pool))
 
         image = self.create_image('qcow2', size_mb=4)
         on_pools = self.boot_server(image['id'], host='compute1')
@@ -83,7 +83,7 @@ class StoragePoolsTest(base.ImgtypeServersTestBase):
         inst = objects.Instance.get_by_uuid(
             self.ctxt, on_pools['id'], expected_attrs=['system_metadata'])
         self.assertEqual('pools', inst.system_metadata['imgtype_storage'])
-        vol_name = pools.volume_name(on_pools['id'], 'disk')
+        vol_name = pool_specs.volume_name(on_pools['id'], 'disk')
         vol = self._disks_pool().storageVolLookupByName(vol_name)
         info = base.qemu_img_info(vol.path())
         self.assertEqual('qcow2', info['format'])
@@ -93,7 +93,7 @@ class StoragePoolsTest(base.ImgtypeServersTestBase):
                                                            'disk')))
         disk = self._domain_disk(on_pools)
         self.assertEqual('volume', disk.get('type'))
-        self.assertEqual({'pool': pools.DISKS_POOL, 'volume': vol_name},
+        self.assertEqual({'pool': pool_specs.DISKS_POOL, 'volume': vol_name},
                          dict(disk.find('source').attrib))
         # The legacy compute is stock: a file in the instance directory.
         self.assertEqual('file', self._domain_disk(legacy).get('type'))
@@ -154,7 +154,7 @@ class StoragePoolsTest(base.ImgtypeServersTestBase):
         self._reboot_server(server, hard=True)
 
         vol = self._disks_pool().storageVolLookupByName(
-            pools.volume_name(server['id'], 'disk'))
+            pool_specs.volume_name(server['id'], 'disk'))
         self.assertFalse(os.path.exists(legacy_disk))
         after = base.qemu_img_info(vol.path())
         # The same qcow2 overlay, on the same cached template, same data.
@@ -177,7 +177,7 @@ class StoragePoolsTest(base.ImgtypeServersTestBase):
     def _volume_info(self, server: dict[str, Any],
                      name: str = 'disk') -> dict[str, Any]:
         vol = self._disks_pool().storageVolLookupByName(
-            pools.volume_name(server['id'], name))
+            pool_specs.volume_name(server['id'], name))
         return base.qemu_img_info(vol.path())
 
     def _instance_volumes(self, server: dict[str, Any]) -> list[str]:
@@ -200,7 +200,7 @@ class StoragePoolsTest(base.ImgtypeServersTestBase):
         server = self.boot_server(image['id'], host='compute1')
         before = self._volume_info(server)
         self.assertEqual(1024 ** 3, before['virtual-size'])
-        disk = pools.volume_name(server['id'], 'disk')
+        disk = pool_specs.volume_name(server['id'], 'disk')
 
         # Resize (same host) grows the volume; the original waits in
         # <instance>_resize for a revert.
@@ -271,7 +271,7 @@ class StoragePoolsTest(base.ImgtypeServersTestBase):
         image = self.create_image('qcow2', size_mb=4)
         server = self.boot_server(image['id'], host='compute1')
         before = self._volume_info(server)
-        disk = pools.volume_name(server['id'], 'disk')
+        disk = pool_specs.volume_name(server['id'], 'disk')
 
         with self.on_compute('compute2'):
             server = self._migrate_server(server, host='compute2',
@@ -353,17 +353,17 @@ class StoragePoolsTest(base.ImgtypeServersTestBase):
         self.assertFalse(os.path.exists(legacy_disk))
         self.assertEqual(base.IMAGE_MARKER, self.guest_head(
             self._disks_pool().storageVolLookupByName(
-                pools.volume_name(resized['id'], 'disk')).path()))
+                pool_specs.volume_name(resized['id'], 'disk')).path()))
 
         # Unshelve makes the disk anew from the shelve snapshot: a volume.
         shelved = self._unshelve_server(shelved)
         self.assertEqual('pools', self._storage(shelved))
-        self.assertEqual([pools.volume_name(shelved['id'], 'disk')],
+        self.assertEqual([pool_specs.volume_name(shelved['id'], 'disk')],
                          self._instance_volumes(shelved))
         self.assertEqual('volume', self._domain_disk(shelved).get('type'))
         self.assertEqual(base.IMAGE_MARKER, self.guest_head(
             self._disks_pool().storageVolLookupByName(
-                pools.volume_name(shelved['id'], 'disk')).path()))
+                pool_specs.volume_name(shelved['id'], 'disk')).path()))
 
         for server in (resized, shelved):
             self._delete_server(server)
@@ -380,7 +380,7 @@ class StoragePoolsTest(base.ImgtypeServersTestBase):
         server = self.boot_server(image['id'], host='compute1',
                                   flavor_id=flavor)
         self.assertEqual(
-            [pools.volume_name(server['id'], n)
+            [pool_specs.volume_name(server['id'], n)
              for n in ('disk', 'disk.eph0', 'disk.swap')],
             self._instance_volumes(server))
         eph = self._volume_info(server, 'disk.eph0')
@@ -416,7 +416,7 @@ class StoragePoolsTest(base.ImgtypeServersTestBase):
         self.assertNotIn('backing-filename', info)
         self.assertEqual(1024 ** 3, info['virtual-size'])
         vol = self._disks_pool().storageVolLookupByName(
-            pools.volume_name(server['id'], 'disk'))
+            pool_specs.volume_name(server['id'], 'disk'))
         self.assertEqual(base.IMAGE_MARKER, self.guest_head(vol.path()))
         self.assertEqual('raw', self._storage_backend(server))
         self._delete_server(server)
@@ -438,14 +438,14 @@ class StoragePoolsTest(base.ImgtypeServersTestBase):
         self.flags(force_config_drive=True)
         server = self.boot_server(image['id'], host='compute1')
         names = ('disk', 'disk.config', 'kernel', 'ramdisk')
-        self.assertEqual(sorted(pools.volume_name(server['id'], n)
+        self.assertEqual(sorted(pool_specs.volume_name(server['id'], n)
                                 for n in names),
                          self._instance_volumes(server))
         pool = self._disks_pool()
         # The config drive is the ISO stock built, imported into the pool;
         # no copy is left in the instance directory.
         config = pool.storageVolLookupByName(
-            pools.volume_name(server['id'], 'disk.config'))
+            pool_specs.volume_name(server['id'], 'disk.config'))
         with open(config.path(), 'rb') as f:
             f.seek(0x8001)
             self.assertEqual(b'CD001', f.read(5))
@@ -455,14 +455,14 @@ class StoragePoolsTest(base.ImgtypeServersTestBase):
         cdrom = [d for d in xml.findall('devices/disk')
                  if d.get('device') == 'cdrom'][0]
         self.assertEqual('volume', cdrom.get('type'))
-        self.assertEqual(pools.volume_name(server['id'], 'disk.config'),
+        self.assertEqual(pool_specs.volume_name(server['id'], 'disk.config'),
                          cdrom.find('source').get('volume'))
         # <kernel> and <initrd> are the volumes' files, with the images'
         # bytes.
         for tag, name, img in (('kernel', 'kernel', kernel),
                                ('initrd', 'ramdisk', ramdisk)):
             vol = pool.storageVolLookupByName(
-                pools.volume_name(server['id'], name))
+                pool_specs.volume_name(server['id'], name))
             self.assertEqual(vol.path(), xml.findtext('os/' + tag))
             with open(vol.path(), 'rb') as f, \
                     open(self.image_files[img['id']], 'rb') as g:

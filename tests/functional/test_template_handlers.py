@@ -35,9 +35,9 @@ from os_brick import privileged as brick_privileged
 from os_brick.initiator.connectors import local as brick_local
 
 from nova_imgtype import exception
-from nova_imgtype.testing import functional as base
-from nova_imgtype.testing import libvirtd
 from nova_imgtype.virt.libvirt.template_handlers import volume_linking
+from nova_imgtype_testing import functional as base
+from nova_imgtype_testing import libvirtd
 
 LINKING = {'image_cache': {'template_image_handler': 'volume-based-linking'}}
 DOWNLOADING = {'image_cache': {'template_image_handler': 'downloading'}}

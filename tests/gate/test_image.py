@@ -125,7 +125,7 @@ def test_parse_dump() -> None:
 def daemon() -> Iterator[object]:
     if shutil.which('libvirtd') is None:
         pytest.fail('libvirtd is not installed (bindep.txt)')
-    from nova_imgtype.testing import libvirtd
+    from nova_imgtype_testing import libvirtd
     d = libvirtd.start_libvirtd()
     try:
         yield d
@@ -137,7 +137,7 @@ def daemon() -> Iterator[object]:
 def test_boots_and_prints_login(daemon: object, fmt: str) -> None:
     import libvirt
 
-    from nova_imgtype.testing import libvirtd
+    from nova_imgtype_testing import libvirtd
     assert isinstance(daemon, libvirtd.LibvirtDaemon)
     work = tempfile.mkdtemp(dir=daemon.base)
     os.chmod(work, 0o755)

@@ -22,7 +22,7 @@ import libvirt
 import pytest
 
 from gate import ceph
-from nova_imgtype.testing import libvirtd as fixtures
+from nova_imgtype_testing import libvirtd as fixtures
 
 
 def _quiet_libvirt_error(_ctx: object, _err: object) -> None:

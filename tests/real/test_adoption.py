@@ -18,8 +18,8 @@ from unittest import mock
 from lxml import etree
 from nova import objects
 
-from nova_imgtype.testing import libvirtd as real
-from nova_imgtype.virt.libvirt import pools
+from nova_imgtype.virt.libvirt import pool_specs
+from nova_imgtype_testing import libvirtd as real
 from tests.real.test_guest_written_headers import _legacy_flat
 from tests.real.test_libvirt_storage import pool_driver  # noqa: F401
 from tests.real.test_native_images import MiB
@@ -49,14 +49,14 @@ def test_adoption_takes_the_config_drive_kernel_and_ramdisk(
         json.dump({files['disk']: 'qcow2', files['disk.config']: 'raw'}, f)
 
     with mock.patch.object(objects.Instance, 'save'):
-        pool_driver._move_to_pools(inst)
+        pool_driver._disks.move_to_pools(inst)
 
     decision = pool_driver._resolver.recorded(inst)
     assert decision.storage == 'pools'
-    pool = pool_driver._pools.get(pools.DISKS_POOL)
+    pool = pool_driver._pools.get(pool_specs.DISKS_POOL)
     listed = set(pool.listVolumes())
     for name in files:
-        assert pools.volume_name(inst.uuid, name) in listed, name
+        assert pool_specs.volume_name(inst.uuid, name) in listed, name
         assert not os.path.exists(files[name]), name
     # The guest XML names volumes that exist, each in its format.
     for name, dev, fmt in (('disk', 'vda', 'qcow2'),
@@ -65,11 +65,11 @@ def test_adoption_takes_the_config_drive_kernel_and_ramdisk(
         assert xml.find('driver').get('type') == fmt, name
         source = xml.find('source')
         assert source.get('volume', source.get('file', '')).endswith(
-            pools.volume_name(inst.uuid, name)), name
+            pool_specs.volume_name(inst.uuid, name)), name
     config = pool_driver.image_backend.by_name(inst, 'disk.config')
     with open(config.path, 'rb') as f:
         assert f.read(17) == b'CONFIG DRIVE DATA'
-    pool_driver._delete_pool_volumes(inst)
+    pool_driver._disks.delete_pool_volumes(inst)
 
 
 def test_a_config_drive_without_a_disk_info_entry_is_raw(
@@ -85,11 +85,11 @@ def test_a_config_drive_without_a_disk_info_entry_is_raw(
         json.dump({root: 'raw'}, f)
 
     with mock.patch.object(objects.Instance, 'save'):
-        pool_driver._move_to_pools(inst)
+        pool_driver._disks.move_to_pools(inst)
 
     decision = pool_driver._resolver.recorded(inst)
     assert decision.storage == 'pools'
     assert decision.volume_format('disk.config') == 'raw'
     xml = _disk_xml(pool_driver, inst, 'disk.config', 'vdb')
     assert xml.find('driver').get('type') == 'raw'
-    pool_driver._delete_pool_volumes(inst)
+    pool_driver._disks.delete_pool_volumes(inst)

@@ -22,7 +22,7 @@ import libvirt
 import pytest
 
 from gate import ceph
-from nova_imgtype.testing import libvirtd as real
+from nova_imgtype_testing import libvirtd as real
 
 MiB = 1024 * 1024
 SIZE = 16 * MiB

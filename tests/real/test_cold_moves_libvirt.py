@@ -24,10 +24,10 @@ from nova.virt.libvirt import driver as stock_driver
 from nova.virt.libvirt import utils as libvirt_utils
 from nova.virt.libvirt.volume import remotefs
 
-from nova_imgtype import compat
-from nova_imgtype.testing import libvirtd as real
-from nova_imgtype.virt.libvirt import pools
+from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import remote_storage
+from nova_imgtype_testing import drivers
+from nova_imgtype_testing import libvirtd as real
 from tests.real.test_libvirt_storage import _boot_disk
 from tests.real.test_libvirt_storage import pool_driver  # noqa: F401
 from tests.real.test_native_images import MiB
@@ -36,13 +36,6 @@ from tests.real.test_native_images import driver  # noqa: F401
 from tests.real.test_native_images import glance  # noqa: F401
 
 STOCK = stock_driver.LibvirtDriver
-
-
-def _moving(drv, inst, dest):
-    """The call of ``migrate_disk_and_power_off`` the helpers forward to
-    stock."""
-    return compat.driver('migrate_disk_and_power_off', drv,
-                         (None, inst, dest, None, None, None, 0, 0), {})
 
 
 @pytest.fixture
@@ -89,9 +82,7 @@ def _move(drv, inst, libvirt_uri, seen):
                               return_value=False), \
             mock.patch.object(STOCK, '_live_migration_uri',
                               staticmethod(lambda dest: libvirt_uri)):
-        return drv._migrate_pool_disks(
-            _moving(drv, inst, 'dest-host'), inst, 'dest-host', 0, 0,
-            dest_pools=True)
+        return drivers.send_pool_disks(drv, inst, 'dest-host')
 
 
 def test_volumes_and_disk_info_go_through_libvirt(
@@ -104,7 +95,7 @@ def test_volumes_and_disk_info_go_through_libvirt(
     # the volume staged in the directory it keeps, disk.info out of sight.
     assert isinstance(seen['remotefs'],
                       remote_storage.LibvirtRemoteFilesystem)
-    name = pools.volume_name(inst.uuid, 'disk')
+    name = pool_specs.volume_name(inst.uuid, 'disk')
     assert seen['files'] == sorted(['disk.info.imgtype-moving', name])
     assert isinstance(pool_driver._remotefs, remotefs.RemoteFilesystem)
     # The volume is in the destination's pool, the same bytes; the source
@@ -114,7 +105,7 @@ def test_volumes_and_disk_info_go_through_libvirt(
         assert f.read() == data
     with open(os.path.join(inst_base + '_resize', name), 'rb') as f:
         assert f.read() == data
-    assert name in pool_driver._pools.get(pools.DISKS_POOL).listVolumes()
+    assert name in pool_driver._pools.get(pool_specs.DISKS_POOL).listVolumes()
     # disk.info too, and the source's is back under its name.
     for d in (inst_base, inst_base + '_resize'):
         with open(os.path.join(d, 'disk.info')) as f:
@@ -147,8 +138,8 @@ def test_a_failed_copy_puts_everything_back(
     assert sorted(os.listdir(inst_base)) == ['disk.info']
     with open(path, 'rb') as f:
         assert f.read() == data
-    name = pools.volume_name(inst.uuid, 'disk')
-    assert name in pool_driver._pools.get(pools.DISKS_POOL).listVolumes()
+    name = pool_specs.volume_name(inst.uuid, 'disk')
+    assert name in pool_driver._pools.get(pool_specs.DISKS_POOL).listVolumes()
 
 
 def test_an_unreachable_destination_touches_nothing(
@@ -162,9 +153,7 @@ def test_an_unreachable_destination_touches_nothing(
             mock.patch.object(STOCK, '_live_migration_uri',
                               staticmethod(lambda dest: nowhere)):
         with pytest.raises(nova_exception.InstanceFaultRollback) as e:
-            pool_driver._migrate_pool_disks(
-                _moving(pool_driver, inst, 'dest-host'), inst, 'dest-host',
-                0, 0)
+            drivers.send_pool_disks(pool_driver, inst, 'dest-host')
     assert 'dest-host' in str(e.value.inner_exception)
     assert nowhere in str(e.value.inner_exception)
     power_off.assert_not_called()
@@ -211,8 +200,8 @@ def test_legacy_files_go_through_libvirt_too(
                               staticmethod(lambda dest: libvirt_uri)), \
             mock.patch.object(objects.Instance, 'image_meta',
                               objects.ImageMeta.from_dict({})):
-        disk_info = json.loads(pool_driver._migrate_files(
-            _moving(pool_driver, inst, 'dest-host'), inst, 'dest-host'))
+        disk_info = json.loads(drivers.send_files(pool_driver, inst,
+                                                  'dest-host'))
 
     assert seen['copies'] == []
     assert disk_info == found
@@ -248,9 +237,7 @@ def test_a_move_stock_refuses_leaves_the_guest_running_and_nothing_there(
                               lambda self, host, p: removed.append(
                                   (host, p))):
         with pytest.raises(nova_exception.InstanceFaultRollback):
-            pool_driver._migrate_pool_disks(
-                _moving(pool_driver, inst, 'dest-host'), inst, 'dest-host',
-                0, 0)
+            drivers.send_pool_disks(pool_driver, inst, 'dest-host')
     # Stock refuses before it stops the guest, and so does the move: the
     # guest runs on (issue 29, 7: it was powered off for nothing).
     power_off.assert_not_called()
@@ -258,8 +245,8 @@ def test_a_move_stock_refuses_leaves_the_guest_running_and_nothing_there(
     assert sorted(os.listdir(inst_base)) == ['disk.info']
     with open(path, 'rb') as f:
         assert f.read() == data
-    name = pools.volume_name(inst.uuid, 'disk')
-    assert name in pool_driver._pools.get(pools.DISKS_POOL).listVolumes()
+    name = pool_specs.volume_name(inst.uuid, 'disk')
+    assert name in pool_driver._pools.get(pool_specs.DISKS_POOL).listVolumes()
 
 
 def test_deleting_the_files_of_a_deleted_instance_removes_its_volumes(
@@ -275,10 +262,10 @@ def test_deleting_the_files_of_a_deleted_instance_removes_its_volumes(
     real.make_image(src, 'qcow2', 16 * MiB)
     glance[other_id] = (src, 'qcow2')
     other, other_disk = _boot_disk(pool_driver, other_id, 'qcow2')
-    pool = pool_driver._pools.get(pools.DISKS_POOL)
-    name = pools.volume_name(inst.uuid, 'disk')
+    pool = pool_driver._pools.get(pool_specs.DISKS_POOL)
+    name = pool_specs.volume_name(inst.uuid, 'disk')
     # A volume of the instance that a failed move left in the pool.
-    pool_driver._pools.create_empty(pool, pools.volume_name(
+    pool_driver._pools.create_empty(pool, pool_specs.volume_name(
         inst.uuid, 'disk.local'), 'raw', MiB)
     assert name in pool.listVolumes()
 
@@ -288,5 +275,5 @@ def test_deleting_the_files_of_a_deleted_instance_removes_its_volumes(
     assert not os.path.exists(path)
     left = pool.listVolumes()
     assert not [v for v in left if v.startswith(inst.uuid)]
-    assert pools.volume_name(other.uuid, 'disk') in left
+    assert pool_specs.volume_name(other.uuid, 'disk') in left
     assert os.path.exists(other_disk.path)

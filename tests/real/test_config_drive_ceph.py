@@ -95,7 +95,7 @@ def _instance(drv, disk_format='qcow2'):
         flavor=objects.Flavor(extra_specs={}), numa_topology=None,
         pci_devices=objects.PciDeviceList(objects=[]), resources=None,
         host=None, node=None)
-    drv._record_build(inst, disk_format)
+    drv._record.record_build(inst, disk_format)
     return inst
 
 

@@ -21,9 +21,9 @@ import pytest
 from nova import objects
 from nova.virt.libvirt import driver as stock_driver
 
-from nova_imgtype.testing import libvirtd as real
-from nova_imgtype.virt.libvirt import pools
+from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import resolver as resolver_mod
+from nova_imgtype_testing import libvirtd as real
 from tests.real.test_libvirt_storage import _boot_disk
 from tests.real.test_libvirt_storage import pool_driver  # noqa: F401
 from tests.real.test_native_images import conf  # noqa: F401
@@ -86,14 +86,14 @@ def test_killed_at_each_step_then_started_again(
                               return_value=[inst]):
         pool_driver.init_host('host1')
 
-    pool = pool_driver._pools.get(pools.DISKS_POOL)
-    target = pools.pool_target(pool)
+    pool = pool_driver._pools.get(pool_specs.DISKS_POOL)
+    target = pool_specs.pool_target(pool)
     if record_saved:
         # The move is finished: every disk is a volume, with its data.
         assert pool_driver._resolver.recorded(inst).storage == \
             resolver_mod.POOLS
         for name in NAMES:
-            vol = pools.volume_name(inst_uuid, name)
+            vol = pool_specs.volume_name(inst_uuid, name)
             assert vol in pool.listVolumes()
             with open(os.path.join(target, vol), 'rb') as f:
                 assert f.read() == data[name]
@@ -127,9 +127,10 @@ def test_cold_move_killed_at_each_step_then_reverted_at_start(
     inst, disk = _boot_disk(pool_driver, image_id, 'qcow2')
     inst.host = 'host1'
     inst.save = mock.Mock()
-    pool = pool_driver._pools.get(pools.DISKS_POOL)
-    target = pools.pool_target(pool)
-    local = os.path.join(target, pools.volume_name(inst.uuid, 'disk.local'))
+    pool = pool_driver._pools.get(pool_specs.DISKS_POOL)
+    target = pool_specs.pool_target(pool)
+    local = os.path.join(target,
+                         pool_specs.volume_name(inst.uuid, 'disk.local'))
     real.make_image(local, 'qcow2', 8 * 1024 * 1024)
     pool.refresh(0)
     data = {}

@@ -25,10 +25,10 @@ from nova import objects
 from nova.virt.libvirt import driver as stock_driver
 from nova.virt.libvirt import utils as libvirt_utils
 
-from nova_imgtype import compat
-from nova_imgtype.testing import libvirtd as real
 from nova_imgtype.virt.libvirt import live_migration
-from nova_imgtype.virt.libvirt import pools
+from nova_imgtype.virt.libvirt import pool_specs
+from nova_imgtype_testing import drivers
+from nova_imgtype_testing import libvirtd as real
 from tests.real.test_libvirt_storage import _boot_disk
 from tests.real.test_libvirt_storage import pool_driver  # noqa: F401
 from tests.real.test_native_images import MiB
@@ -85,7 +85,7 @@ def _mapping(dev):
 
 
 def _refresh(drv):
-    drv._pools.get(pools.DISKS_POOL).refresh(0)
+    drv._pools.get(pool_specs.DISKS_POOL).refresh(0)
 
 
 def _libvirt_reads(vol):
@@ -116,7 +116,7 @@ def test_a_snapshot_of_a_raw_volume_holds_the_guests_bytes(
     data = read_as_domain(out, 'raw', str(tmp_path / 'snap.data'))
     assert MARKER not in data
     assert data[:len(written)] == written
-    pool_driver._delete_pool_volumes(inst)
+    pool_driver._disks.delete_pool_volumes(inst)
 
 
 def test_live_migration_disk_info_is_the_record_not_the_probe(
@@ -134,7 +134,7 @@ def test_live_migration_disk_info_is_the_record_not_the_probe(
     # 1 GiB of the guest's header).
     assert (info['type'], info['backing_file'], info['virt_disk_size']) == (
         'raw', '', size)
-    pool_driver._delete_pool_volumes(inst)
+    pool_driver._disks.delete_pool_volumes(inst)
 
 
 def test_a_config_drive_volume_is_raw_whatever_its_bytes(
@@ -156,7 +156,7 @@ def test_a_config_drive_volume_is_raw_whatever_its_bytes(
     assert (info['type'], info['backing_file']) == ('raw', '')
     guest = drive.libvirt_info('none', {}).to_xml()
     assert etree.fromstring(guest).find('driver').get('type') == 'raw'
-    pool_driver._delete_pool_volumes(inst)
+    pool_driver._disks.delete_pool_volumes(inst)
 
 
 def _legacy_flat(drv):
@@ -185,7 +185,7 @@ def test_adoption_keeps_each_files_recorded_format(
         json.dump({root: 'qcow2', local: 'raw'}, f)
 
     with mock.patch.object(objects.Instance, 'save'):
-        pool_driver._move_to_pools(inst)
+        pool_driver._disks.move_to_pools(inst)
 
     decision = pool_driver._resolver.recorded(inst)
     assert decision.storage == 'pools'
@@ -199,7 +199,7 @@ def test_adoption_keeps_each_files_recorded_format(
     vol = pool_driver.image_backend.by_name(inst, 'disk.local')
     data = read_as_domain(vol.path, 'raw', str(tmp_path / 'local.data'))
     assert MARKER not in data and data[:len(written)] == written
-    pool_driver._delete_pool_volumes(inst)
+    pool_driver._disks.delete_pool_volumes(inst)
 
 
 def test_adoption_without_a_recorded_format_leaves_the_files(
@@ -207,7 +207,7 @@ def test_adoption_without_a_recorded_format_leaves_the_files(
     inst, inst_dir = _legacy_flat(pool_driver)
     real.make_image(os.path.join(inst_dir, 'disk'), 'raw', 1 * MiB)
     with mock.patch.object(objects.Instance, 'save') as save:
-        pool_driver._move_to_pools(inst)
+        pool_driver._disks.move_to_pools(inst)
     assert not save.called
     assert pool_driver._resolver.recorded(inst).storage == 'legacy'
     assert os.path.exists(os.path.join(inst_dir, 'disk'))
@@ -232,16 +232,13 @@ def test_a_cold_move_to_a_host_without_pools_sends_the_recorded_format(
         self._remotefs.create_dir(dest, inst_base)
         return '[]'
 
-    call = compat.driver('migrate_disk_and_power_off', pool_driver,
-                         (None, inst, 'dest-host', None, None, None, 0, 0),
-                         {})
     with mock.patch.object(STOCK, 'migrate_disk_and_power_off', stock), \
             mock.patch.object(STOCK, 'power_off'), \
             mock.patch.object(pool_driver, '_is_path_shared_with',
                               return_value=False), \
             mock.patch.object(STOCK, '_live_migration_uri',
                               staticmethod(lambda dest: libvirt_uri)):
-        disk_info = json.loads(pool_driver._migrate_pool_disks(
-            call, inst, 'dest-host', 0, 0, dest_pools=False))
+        disk_info = json.loads(drivers.send_pool_disks(
+            pool_driver, inst, 'dest-host', dest_pools=False))
     assert [(i['type'], os.path.basename(i['path'])) for i in disk_info] == [
         ('raw', 'disk')]

@@ -7,7 +7,7 @@ service and Cinder's API (no Glance or Cinder runs here), as in
 :mod:`tests.real.test_template_handlers`.
 
 The matrix runs every crafted image of
-:mod:`nova_imgtype.testing.crafted_images` through every path, with deep
+:mod:`nova_imgtype_testing.crafted_images` through every path, with deep
 inspection on and off, and asserts that no template or instance disk ever
 references a file outside the image cache, that a hostile image is refused,
 and that a refusal leaves nothing in ``_base`` and no disk.
@@ -25,12 +25,14 @@ from nova.virt.libvirt import imagebackend as nova_imagebackend
 from nova.virt.libvirt import imagecache as nova_imagecache
 from nova.virt.libvirt import utils as libvirt_utils
 
-from nova_imgtype.testing import crafted_images as crafted
-from nova_imgtype.testing import libvirtd as real
-from nova_imgtype.testing.cinder import Cinder
+from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import pools
 from nova_imgtype.virt.libvirt import storage
 from nova_imgtype.virt.libvirt.template_handlers import volume_linking
+from nova_imgtype_testing import crafted_images as crafted
+from nova_imgtype_testing import drivers
+from nova_imgtype_testing import libvirtd as real
+from nova_imgtype_testing.cinder import Cinder
 from tests.real.test_native_images import MiB
 from tests.real.test_native_images import conf  # noqa: F401
 from tests.real.test_native_images import driver  # noqa: F401
@@ -113,10 +115,10 @@ def on_path(driver, conf, serve, tmp_path, request,  # noqa: F811
         svc = serve(ImageService(path, claimed, locations=locations))
         drv = driver(**flags)
         if flags.get('use_storage_pools'):
-            drv._pools = drv.image_backend.pools = pools.StoragePools(
-                lambda: libvirt_conn)
+            drivers.use_pools(drv, pools.StoragePools(
+                lambda: libvirt_conn))
             made.extend(drv._pools.ensure(spec) for spec in
-                        pools.default_specs(conf.conf.instances_path))
+                        pool_specs.default_specs(conf.conf.instances_path))
         if handler == 'volume-based-linking':
             drv._template_handler.volume_api = Cinder(path)
         return drv, svc
@@ -204,7 +206,8 @@ def test_a_backend_copying_links_gets_downloaded_templates(
     real.make_image(volume, 'raw', 32 * MiB)
     drv, svc = on_path('linking', volume, 'raw')
     # Ploop (parallels only here) copies its template with cp -r too.
-    handler = drv._handler_for(nova_imagebackend.Ploop, 'x', svc.image_id)
+    handler = drv._templates.handler_for(nova_imagebackend.Ploop, 'x',
+                                         svc.image_id)
     assert handler.name == 'downloading'
     assert 'copies templates as files' in caplog.text
     # Under a name already linked, it is refused rather than aliased.
@@ -212,7 +215,8 @@ def test_a_backend_copying_links_gets_downloaded_templates(
     name = os.path.basename(cache_entries(conf)[0])
     assert os.path.islink(cache_entries(conf)[0])
     with pytest.raises(nova_exception.Invalid, match='linked to an image'):
-        drv._handler_for(nova_imagebackend.Ploop, name, svc.image_id)
+        drv._templates.handler_for(nova_imagebackend.Ploop, name,
+                                   svc.image_id)
 
 
 @pytest.mark.parametrize('deep', [True, False], ids=['deep', 'no-deep'])
@@ -278,7 +282,8 @@ def test_pool_disks_of_a_linked_template_are_private(on_path, conf,  # noqa
     conf.config(template_image_handler='volume-based-linking',
                 group='image_cache')
     from nova_imgtype.virt.libvirt import template_handlers
-    drv._template_handler = template_handlers.load('volume-based-linking')
+    drv._template_handler = drv._templates.handler = template_handlers.load(
+        'volume-based-linking')
     drv._template_handler.volume_api = Cinder(volume)
     svc.meta['locations'] = [{'url': CINDER, 'metadata': {}}]
     disks = [build_root_disk(drv, _instance(drv, svc.image_id, 'raw'),

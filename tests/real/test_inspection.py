@@ -16,9 +16,9 @@ import shutil
 import pytest
 from nova.virt import images
 
-from nova_imgtype.testing import crafted_images as crafted
-from nova_imgtype.testing import libvirtd as real
 from nova_imgtype.virt.libvirt.template_handlers import inspection
+from nova_imgtype_testing import crafted_images as crafted
+from nova_imgtype_testing import libvirtd as real
 from tests.real.test_native_images import conf  # noqa: F401
 from tests.real.test_native_images import driver  # noqa: F401
 

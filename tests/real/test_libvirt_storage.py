@@ -20,9 +20,11 @@ from nova import objects
 from nova.virt.libvirt import imagecache as nova_imagecache
 from nova.virt.libvirt import utils as libvirt_utils
 
-from nova_imgtype.testing import libvirtd as real
+from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import pools
 from nova_imgtype.virt.libvirt import storage
+from nova_imgtype_testing import drivers
+from nova_imgtype_testing import libvirtd as real
 from tests.real.test_native_images import MiB
 from tests.real.test_native_images import conf  # noqa: F401
 from tests.real.test_native_images import driver  # noqa: F401
@@ -45,9 +47,9 @@ def pool_driver(driver, conf, libvirt_conn, libvirt_tmp_path):  # noqa: F811
     conf.config(instances_path=str(libvirt_tmp_path / 'instances'))
     drv = driver(images_type='flat', images_type_mapping='qcow2:qcow2',
                  use_storage_pools=True)
-    drv._pools = drv.image_backend.pools = pools.StoragePools(
-        lambda: libvirt_conn)
-    made = [drv._pools.ensure(spec) for spec in pools.default_specs(
+    drivers.use_pools(drv, pools.StoragePools(
+        lambda: libvirt_conn))
+    made = [drv._pools.ensure(spec) for spec in pool_specs.default_specs(
         conf.conf.instances_path)]
     yield drv
     for pool in made:
@@ -88,19 +90,19 @@ def test_qcow2_image_becomes_an_overlay_volume_and_boots(
 
     assert isinstance(disk, storage.LibvirtStorage)
     assert inst.system_metadata['imgtype_storage'] == 'pools'
-    vol = pools.volume_name(inst.uuid, 'disk')
+    vol = pool_specs.volume_name(inst.uuid, 'disk')
     assert disk.volume_name == vol and disk.exists()
     chain = real.qemu_img_info(disk.path, backing_chain=True)
     assert chain[0]['format'] == 'qcow2'
     assert chain[0]['virtual-size'] == 64 * MiB
     assert chain[1]['format'] == 'qcow2'     # the native template
     assert os.path.dirname(chain[1]['filename']).endswith('_base')
-    assert pool_driver._pools.backing_paths(
-        pool_driver._pools.get(pools.DISKS_POOL)) == {chain[1]['filename']}
+    assert pool_driver._pools.backing_paths(pool_driver._pools.get(
+        pool_specs.DISKS_POOL)) == {chain[1]['filename']}
 
     xml = etree.fromstring(_guest_xml(disk))
     assert xml.get('type') == 'volume'
-    assert xml.find('source').attrib == {'pool': pools.DISKS_POOL,
+    assert xml.find('source').attrib == {'pool': pool_specs.DISKS_POOL,
                                          'volume': vol}
     dom = real.start_domain(libvirt_conn, 'ls-' + inst.uuid[:8],
                             [_guest_xml(disk)], kvm=kvm_available)
@@ -127,7 +129,7 @@ def test_qcow2_image_becomes_an_overlay_volume_and_boots(
             if p.name().startswith('nova-snapshot-')] == []
 
     # Delete leaves no volume and no file; the template stays cached.
-    pool_driver._delete_pool_volumes(inst)
+    pool_driver._disks.delete_pool_volumes(inst)
     assert not disk.exists()
     assert os.listdir(os.path.join(conf_instances(), 'disks')) == []
     assert os.path.exists(chain[1]['filename'])
@@ -180,9 +182,9 @@ def test_the_cache_pool_is_refreshed_only_for_a_new_template(
     real.make_image(src, 'qcow2', 32 * MiB, compressed=True)
     glance[image_id] = (src, 'qcow2')
     _boot_disk(pool_driver, image_id, 'qcow2')
-    assert refreshed == [pools.BASE_POOL]
+    assert refreshed == [pool_specs.BASE_POOL]
     _inst, disk = _boot_disk(pool_driver, image_id, 'qcow2')
-    assert refreshed == [pools.BASE_POOL]
+    assert refreshed == [pool_specs.BASE_POOL]
     assert disk.exists()
 
 
@@ -247,7 +249,7 @@ def test_raw_image_is_copied_into_a_raw_volume(pool_driver, glance,  # noqa
     assert os.listdir(snap_dir) == []
     assert disk.exists()
 
-    pool_driver._delete_pool_volumes(inst)
+    pool_driver._disks.delete_pool_volumes(inst)
     assert not disk.exists()
 
 
@@ -269,12 +271,12 @@ def test_cache_manager_keeps_templates_in_use_by_pool_volumes(
         real.make_image(path, fmt, 8 * MiB)
         os.utime(path, (1, 1))          # old enough to go
     storage_pools = pool_driver._pools
-    storage_pools.refresh(pools.BASE_POOL)
-    disks = storage_pools.get(pools.DISKS_POOL)
+    storage_pools.refresh(pool_specs.BASE_POOL)
+    disks = storage_pools.get(pool_specs.DISKS_POOL)
     inst = str(uuid.uuid4())
-    storage_pools.create_cow(disks, pools.volume_name(inst, 'disk'), used,
+    storage_pools.create_cow(disks, pool_specs.volume_name(inst, 'disk'), used,
                              'raw', 16 * MiB)
-    storage_pools.create_cow(disks, pools.volume_name(inst, 'disk.local'),
+    storage_pools.create_cow(disks, pool_specs.volume_name(inst, 'disk.local'),
                              native, 'qcow2', 16 * MiB)
 
     pool_driver.manage_image_cache(nova_context.get_admin_context(), [])
@@ -296,10 +298,10 @@ def dir_pool_of_another_name(driver, conf, libvirt_conn,  # noqa: F811
     that no longer names it (mapping dropped): (driver, that pool)."""
     conf.config(instances_path=str(libvirt_tmp_path / 'instances'))
     drv = driver(images_type='flat', use_storage_pools=True)
-    drv._pools = drv.image_backend.pools = pools.StoragePools(
-        lambda: libvirt_conn)
-    base, disks = pools.default_specs(conf.conf.instances_path)
-    specs = [base, pools.PoolSpec(pools.DISKS_POOL + '-dir', 'dir',
+    drivers.use_pools(drv, pools.StoragePools(
+        lambda: libvirt_conn))
+    base, disks = pool_specs.default_specs(conf.conf.instances_path)
+    specs = [base, pool_specs.PoolSpec(pool_specs.DISKS_POOL + '-dir', 'dir',
                                   disks.target)]
     made = [drv._pools.ensure(spec) for spec in specs]
     yield drv, made[1]
@@ -337,9 +339,9 @@ def test_cache_manager_keeps_templates_of_a_dir_pool_of_any_name(
                 group='image_cache')
     native = _old_template('n', 'qcow2')
     unused = _old_template('u', 'raw')
-    drv._pools.refresh(pools.BASE_POOL)
+    drv._pools.refresh(pool_specs.BASE_POOL)
     inst = str(uuid.uuid4())
-    drv._pools.create_cow(other, pools.volume_name(inst, 'disk'), native,
+    drv._pools.create_cow(other, pool_specs.volume_name(inst, 'disk'), native,
                           'qcow2', 16 * MiB)
 
     drv.manage_image_cache(nova_context.get_admin_context(), [])
@@ -358,10 +360,10 @@ def test_cache_manager_removes_nothing_with_volumes_and_no_pool(
                 remove_unused_original_minimum_age_seconds=0,
                 group='image_cache')
     path = _old_template('v', 'raw')
-    target = pools.pool_target(other)
+    target = pool_specs.pool_target(other)
     other.destroy()
     other.undefine()
-    volume = os.path.join(target, pools.volume_name(str(uuid.uuid4()),
+    volume = os.path.join(target, pool_specs.volume_name(str(uuid.uuid4()),
                                                     'disk'))
     real.make_image(volume, 'raw', MiB)
     try:
@@ -381,15 +383,15 @@ def test_cache_manager_removes_nothing_when_the_pool_cannot_be_read(
     path = os.path.join(base_dir, nova_imagecache.get_cache_fname('c'))
     real.make_image(path, 'raw', 8 * MiB)
     os.utime(path, (1, 1))
-    disks = pool_driver._pools.get(pools.DISKS_POOL)
+    disks = pool_driver._pools.get(pool_specs.DISKS_POOL)
     pool_driver._pools.create_cow(
-        disks, pools.volume_name(str(uuid.uuid4()), 'disk'), path, 'raw',
+        disks, pool_specs.volume_name(str(uuid.uuid4()), 'disk'), path, 'raw',
         16 * MiB)
     disks.destroy()   # inactive: its volumes' templates cannot be read
     try:
-        with pytest.raises(Exception, match=pools.DISKS_POOL):
+        with pytest.raises(Exception, match=pool_specs.DISKS_POOL):
             pool_driver.manage_image_cache(nova_context.get_admin_context(),
                                            [])
         assert os.path.exists(path)
     finally:
-        pool_driver._pools.ensure(pools.default_specs(conf_instances())[1])
+        pool_driver._pools.ensure(pool_specs.default_specs(conf_instances())[1])

@@ -15,7 +15,7 @@ import libvirt
 import pytest
 from oslo_concurrency import processutils
 
-from nova_imgtype.testing import libvirtd as fixtures
+from nova_imgtype_testing import libvirtd as fixtures
 
 MiB = 1024 * 1024
 

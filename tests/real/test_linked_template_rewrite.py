@@ -26,11 +26,13 @@ from nova.virt.libvirt import utils as libvirt_utils
 
 from nova_imgtype import exception
 from nova_imgtype import record as record_mod
-from nova_imgtype.testing import libvirtd as real
-from nova_imgtype.testing.cinder import Cinder
+from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import pools
 from nova_imgtype.virt.libvirt import storage
 from nova_imgtype.virt.libvirt.template_handlers import volume_linking
+from nova_imgtype_testing import drivers
+from nova_imgtype_testing import libvirtd as real
+from nova_imgtype_testing.cinder import Cinder
 from tests.real.test_native_images import MiB
 from tests.real.test_native_images import conf  # noqa: F401
 from tests.real.test_native_images import driver  # noqa: F401
@@ -273,9 +275,9 @@ def test_a_rewritten_linked_template_makes_no_pool_volume(
     device, chunks, svc, drv, _cinder = _linked_volume(
         driver, conf, serve, tmp_path, images_type=images_type,
         use_storage_pools=True)
-    drv._pools = drv.image_backend.pools = pools.StoragePools(
-        lambda: libvirt_conn)
-    made = [drv._pools.ensure(spec) for spec in pools.host_specs(
+    drivers.use_pools(drv, pools.StoragePools(
+        lambda: libvirt_conn))
+    made = [drv._pools.ensure(spec) for spec in pool_specs.host_specs(
         conf.conf, drv._resolver.pool_backends())]
     try:
         first = _root_disk(drv, _instance(drv, svc.image_id, 'raw'),
@@ -292,12 +294,12 @@ def test_a_rewritten_linked_template_makes_no_pool_volume(
             _root_disk(drv, inst, svc.image_id)
         disks = drv._pools.get(drv._resolver.decision_for(inst).pool)
         assert drv._pools.find_volume(
-            disks, pools.volume_name(inst.uuid, 'disk')) is None
+            disks, pool_specs.volume_name(inst.uuid, 'disk')) is None
         assert _files_holding(conf.conf.instances_path, MARKER) == []
         assert MARKER not in _guest_data(first.path, fmt, tmp_path)
     finally:
         for pool in made:
-            if pool.name() != pools.BASE_POOL:
+            if pool.name() != pool_specs.BASE_POOL:
                 for vol in pool.listAllVolumes(0):
                     vol.delete(0)
             pool.destroy()
@@ -329,7 +331,7 @@ def test_a_rewritten_linked_qcow2_template_starts_no_guest_through_it(
     # The root disk's template is recorded as made.
     assert record_mod.template(inst.system_metadata) == (
         svc.image_id, os.path.basename(template))
-    drv._check_linked_root_template(inst)          # as accepted
+    drv._templates.check_linked_root_template(inst)          # as accepted
 
     _rewrite(device, 'qcow2-backed-by-host-file', host_file, tmp_path)
     # What QEMU would now read through the disk, opened as its domain
@@ -340,7 +342,7 @@ def test_a_rewritten_linked_qcow2_template_starts_no_guest_through_it(
     assert os.path.islink(template)
 
     _restore(device, original)
-    drv._check_linked_root_template(inst)
+    drv._templates.check_linked_root_template(inst)
     assert MARKER not in _guest_data(disk.path, 'qcow2', tmp_path)
 
 

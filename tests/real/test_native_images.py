@@ -24,10 +24,10 @@ from nova.virt.libvirt import utils as libvirt_utils
 from oslo_concurrency import processutils
 from oslo_config import fixture as config_fixture
 
-from nova_imgtype.testing import libvirtd as real
 from nova_imgtype.virt.libvirt import driver as imgtype_driver
 from nova_imgtype.virt.libvirt import imagecache
 from nova_imgtype.virt.libvirt.template_handlers import downloading
+from nova_imgtype_testing import libvirtd as real
 
 CONF = nova.conf.CONF
 objects.register_all()

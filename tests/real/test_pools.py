@@ -9,9 +9,10 @@ import libvirt
 import pytest
 
 from nova_imgtype import exception
-from nova_imgtype.testing import libvirtd as real
-from nova_imgtype.virt.libvirt import config
+from nova_imgtype.stock import volume_disk
+from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import pools
+from nova_imgtype_testing import libvirtd as real
 
 MiB = 1024 * 1024
 
@@ -20,7 +21,7 @@ MiB = 1024 * 1024
 def sp(libvirt_conn, libvirt_tmp_path):
     """Default pools under a fresh instances_path; removed afterwards."""
     storage = pools.StoragePools(lambda: libvirt_conn)
-    base, disks = pools.default_specs(str(libvirt_tmp_path / 'instances'))
+    base, disks = pool_specs.default_specs(str(libvirt_tmp_path / 'instances'))
     storage.base = storage.ensure(base)
     storage.disks = storage.ensure(disks)
     storage.specs = (base, disks)
@@ -35,13 +36,13 @@ def _template(sp, name, fmt, size=32 * MiB, **kw):
     """A real image dropped into the cache directory, as a download does."""
     path = os.path.join(sp.specs[0].target, name)
     real.make_image(path, fmt, size, **kw)
-    sp.refresh(pools.BASE_POOL)
+    sp.refresh(pool_specs.BASE_POOL)
     return path, sp.base.storageVolLookupByName(name)
 
 
 def test_cow_overlay_backs_onto_the_cached_template(sp):
     tmpl, _ = _template(sp, 'tmpl-raw', 'raw')
-    name = pools.volume_name(str(uuid.uuid4()), 'disk')
+    name = pool_specs.volume_name(str(uuid.uuid4()), 'disk')
     vol = sp.create_cow(sp.disks, name, tmpl, 'raw', 64 * MiB)
     chain = real.qemu_img_info(vol.path(), backing_chain=True)
     assert chain[0]['format'] == 'qcow2'
@@ -58,7 +59,7 @@ def test_cow_overlay_backs_onto_the_cached_template(sp):
                                              ('qcow2', 'raw')])
 def test_copy_converts_and_keeps_the_data(sp, src_fmt, dst_fmt):
     tmpl, src = _template(sp, 'tmpl-' + src_fmt, src_fmt)
-    name = pools.volume_name(str(uuid.uuid4()), 'disk')
+    name = pool_specs.volume_name(str(uuid.uuid4()), 'disk')
     vol = sp.copy(sp.disks, name, src, src_fmt, dst_fmt, 48 * MiB)
     info = real.qemu_img_info(vol.path())
     assert info['format'] == dst_fmt
@@ -84,18 +85,18 @@ def test_raw_copy_copies_the_data_alone_and_keeps_the_holes(sp):
         for offset in (0, 100 * MiB, 256 * MiB - MiB):
             f.seek(offset)
             f.write(os.urandom(MiB))
-    sp.refresh(pools.BASE_POOL)
+    sp.refresh(pool_specs.BASE_POOL)
     src = sp.base.storageVolLookupByName('tmpl-sparse')
-    name = pools.volume_name(str(uuid.uuid4()), 'disk')
+    name = pool_specs.volume_name(str(uuid.uuid4()), 'disk')
     vol = sp.copy(sp.disks, name, src, 'raw', 'raw', 512 * MiB)
-    assert pools.volume_format(vol) == 'raw'
+    assert pool_specs.volume_format(vol) == 'raw'
     assert vol.info()[1] == 512 * MiB          # grown to the capacity
     with open(path, 'rb') as a, open(vol.path(), 'rb') as b:
         assert b.read(256 * MiB) == a.read()
         assert b.read() == bytes(256 * MiB)
     assert os.stat(vol.path()).st_blocks * 512 < 8 * MiB
     # A volume of the pool like any other.
-    sp.refresh(pools.DISKS_POOL)
+    sp.refresh(pool_specs.DISKS_POOL)
     assert sp.find_volume(sp.disks, name) is not None
 
 
@@ -113,9 +114,9 @@ def test_raw_copy_of_a_linked_template_copies_the_device(sp, tmp_path):
                           text=True).stdout.strip()
     try:
         os.symlink(loop, os.path.join(sp.specs[0].target, 'tmpl-linked'))
-        sp.refresh(pools.BASE_POOL)
+        sp.refresh(pool_specs.BASE_POOL)
         src = sp.base.storageVolLookupByName('tmpl-linked')
-        name = pools.volume_name(str(uuid.uuid4()), 'disk')
+        name = pool_specs.volume_name(str(uuid.uuid4()), 'disk')
         vol = sp.copy(sp.disks, name, src, 'raw', 'raw', 32 * MiB)
         with open(vol.path(), 'rb') as f:
             f.seek(4 * MiB)
@@ -127,7 +128,7 @@ def test_raw_copy_of_a_linked_template_copies_the_device(sp, tmp_path):
 
 def test_a_failed_raw_copy_leaves_no_volume(sp, monkeypatch):
     _tmpl, src = _template(sp, 'tmpl-raw', 'raw')
-    name = pools.volume_name(str(uuid.uuid4()), 'disk')
+    name = pool_specs.volume_name(str(uuid.uuid4()), 'disk')
 
     def enospc(*args):
         raise OSError(28, 'No space left on device')
@@ -136,17 +137,17 @@ def test_a_failed_raw_copy_leaves_no_volume(sp, monkeypatch):
     with pytest.raises(exception.VolumeCreateFailed,
                        match='No space left'):
         sp.copy(sp.disks, name, src, 'raw', 'raw', 48 * MiB)
-    sp.refresh(pools.DISKS_POOL)
+    sp.refresh(pool_specs.DISKS_POOL)
     assert sp.find_volume(sp.disks, name) is None
-    assert not os.path.exists(pools.volume_path(sp.disks, name))
+    assert not os.path.exists(pool_specs.volume_path(sp.disks, name))
 
 
 def test_failed_creation_leaves_nothing(sp):
-    name = pools.volume_name(str(uuid.uuid4()), 'disk')
+    name = pool_specs.volume_name(str(uuid.uuid4()), 'disk')
     with pytest.raises(exception.VolumeCreateFailed) as e:
         sp.create_cow(sp.disks, name, '/nonexistent/template', 'qcow2',
                       MiB)
-    assert name in str(e.value) and pools.DISKS_POOL in str(e.value)
+    assert name in str(e.value) and pool_specs.DISKS_POOL in str(e.value)
     assert sp.find_volume(sp.disks, name) is None
     assert os.listdir(sp.specs[1].target) == []
 
@@ -155,15 +156,15 @@ def test_domain_boots_from_pool_volumes_and_delete_leaves_nothing(
         sp, libvirt_conn, kvm_available):
     tmpl, _ = _template(sp, 'tmpl-qcow2', 'qcow2', compressed=True)
     inst = str(uuid.uuid4())
-    sp.create_cow(sp.disks, pools.volume_name(inst, 'disk'), tmpl, 'qcow2',
-                  64 * MiB)
-    sp.create_cow(sp.disks, pools.volume_name(inst, 'disk.local'), tmpl,
+    sp.create_cow(sp.disks, pool_specs.volume_name(inst, 'disk'), tmpl,
+                  'qcow2', 64 * MiB)
+    sp.create_cow(sp.disks, pool_specs.volume_name(inst, 'disk.local'), tmpl,
                   'qcow2', 64 * MiB)
     disks = []
     for dev, disk_name in (('vda', 'disk'), ('vdb', 'disk.local')):
-        cfg = config.LibvirtConfigGuestVolumeDisk()
-        cfg.source_pool = pools.DISKS_POOL
-        cfg.source_volume = pools.volume_name(inst, disk_name)
+        cfg = volume_disk.LibvirtConfigGuestVolumeDisk()
+        cfg.source_pool = pool_specs.DISKS_POOL
+        cfg.source_volume = pool_specs.volume_name(inst, disk_name)
         cfg.driver_name, cfg.driver_format = 'qemu', 'qcow2'
         cfg.target_dev, cfg.target_bus = dev, 'virtio'
         disks.append(cfg.to_xml())
@@ -186,8 +187,8 @@ def test_domain_boots_from_pool_volumes_and_delete_leaves_nothing(
 
 def test_domain_on_a_missing_volume_fails_clearly(sp, libvirt_conn,
                                                   kvm_available):
-    cfg = config.LibvirtConfigGuestVolumeDisk()
-    cfg.source_pool, cfg.source_volume = pools.DISKS_POOL, 'nope_disk'
+    cfg = volume_disk.LibvirtConfigGuestVolumeDisk()
+    cfg.source_pool, cfg.source_volume = pool_specs.DISKS_POOL, 'nope_disk'
     cfg.driver_name, cfg.driver_format = 'qemu', 'qcow2'
     cfg.target_dev, cfg.target_bus = 'vda', 'virtio'
     with pytest.raises(libvirt.libvirtError) as e:
@@ -207,12 +208,12 @@ def test_a_copy_libvirt_would_read_otherwise_than_recorded_is_refused(
     path = os.path.join(sp.specs[0].target, 'tmpl-poisoned')
     real.qemu_img('create', '-q', '-f', 'qcow2', '-b', str(secret), '-F',
                   'raw', path, '1M')
-    sp.refresh(pools.BASE_POOL)
+    sp.refresh(pool_specs.BASE_POOL)
     src = sp.base.storageVolLookupByName('tmpl-poisoned')
-    name = pools.volume_name(str(uuid.uuid4()), 'disk')
+    name = pool_specs.volume_name(str(uuid.uuid4()), 'disk')
     with pytest.raises(exception.VolumeFormatMismatch,
                        match='tmpl-poisoned is recorded as raw but libvirt '
                              'reads it as qcow2'):
         sp.copy(sp.disks, name, src, 'raw', 'qcow2', 48 * MiB)
-    sp.refresh(pools.DISKS_POOL)
+    sp.refresh(pool_specs.DISKS_POOL)
     assert sp.find_volume(sp.disks, name) is None

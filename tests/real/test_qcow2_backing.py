@@ -24,8 +24,8 @@ from oslo_concurrency import processutils
 from oslo_config import fixture as config_fixture
 from oslo_utils import units
 
-from nova_imgtype.testing import libvirtd as real
 from nova_imgtype.virt.libvirt import backends
+from nova_imgtype_testing import libvirtd as real
 
 CONF = nova.conf.CONF
 objects.register_all()

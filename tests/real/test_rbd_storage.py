@@ -19,6 +19,7 @@ from unittest import mock
 import libvirt
 import pytest
 from lxml import etree
+from nova import conf as nova_conf
 from nova import context as nova_context
 from nova import exception as nova_exception
 from nova import objects
@@ -27,10 +28,12 @@ from nova.virt.libvirt import utils as libvirt_utils
 from oslo_concurrency import processutils
 
 from nova_imgtype import exception
-from nova_imgtype.testing import libvirtd as real
+from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import pools
 from nova_imgtype.virt.libvirt import storage
 from nova_imgtype.virt.libvirt import storage_rbd
+from nova_imgtype_testing import drivers
+from nova_imgtype_testing import libvirtd as real
 from tests.real.test_config_drive_ceph import config_drive_fakes
 from tests.real.test_libvirt_storage import _boot_disk
 from tests.real.test_libvirt_storage import _guest_xml
@@ -52,14 +55,14 @@ def rbd_driver(driver, conf, libvirt_conn, ceph_cluster,  # noqa: F811
     drv = driver(images_type='rbd', images_rbd_pool=ceph_cluster.pool,
                  images_rbd_ceph_conf=ceph_cluster.conf,
                  images_type_mapping='qcow2:qcow2', use_storage_pools=True)
-    drv._pools = drv.image_backend.pools = pools.StoragePools(
-        lambda: libvirt_conn)
-    specs = pools.host_specs(conf.conf, drv._resolver.pool_backends())
+    drivers.use_pools(drv, pools.StoragePools(
+        lambda: libvirt_conn))
+    specs = pool_specs.host_specs(conf.conf, drv._resolver.pool_backends())
     # nova-disks-pool is the rbd pool of images_type; the mapping's qcow2
     # needs the dir pool nova-disks-pool-dir.
     assert [(s.name, s.type) for s in specs] == [
-        (pools.BASE_POOL, 'dir'), (pools.DISKS_POOL, 'rbd'),
-        (pools.DISKS_POOL + '-dir', 'dir')]
+        (pool_specs.BASE_POOL, 'dir'), (pool_specs.DISKS_POOL, 'rbd'),
+        (pool_specs.DISKS_POOL + '-dir', 'dir')]
     made = [drv._pools.ensure(spec) for spec in specs]
     yield drv
     for pool in made:
@@ -71,7 +74,7 @@ def rbd_driver(driver, conf, libvirt_conn, ceph_cluster,  # noqa: F811
 def _volume_disk_xml(vol):
     return ("<disk type='volume' device='disk'><driver name='qemu' "
             "type='raw'/><source pool='%s' volume='%s'/>"
-            "<target dev='vda' bus='virtio'/></disk>" % (pools.DISKS_POOL,
+            "<target dev='vda' bus='virtio'/></disk>" % (pool_specs.DISKS_POOL,
                                                           vol))
 
 
@@ -99,13 +102,13 @@ def test_rbd_template_upload_clone_resize_boot_delete(
     inst, disk = _boot_disk(rbd_driver, image_id, 'raw')
 
     assert isinstance(disk, storage.LibvirtStorage)
-    assert inst.system_metadata['imgtype_pool'] == pools.DISKS_POOL
-    vol = pools.volume_name(inst.uuid, 'disk')
+    assert inst.system_metadata['imgtype_pool'] == pool_specs.DISKS_POOL
+    vol = pool_specs.volume_name(inst.uuid, 'disk')
     assert disk.path == '%s/%s' % (ceph_cluster.pool, vol)
     # The template was uploaded once, whole (no .part left), with the
     # image's data; the disk is an RBD clone of it.
     templates = [i for i in ceph_cluster.images()
-                 if i.startswith(pools.RBD_TEMPLATE_PREFIX)]
+                 if i.startswith(pool_specs.RBD_TEMPLATE_PREFIX)]
     assert len(templates) == 1 and not templates[0].endswith('.part')
     assert _rbd_head_sha256(ceph_cluster, templates[0], IMAGE_SIZE) == digest
     info = ceph_cluster.rbd_json('info', ceph_cluster.image_spec(vol))
@@ -140,7 +143,7 @@ def test_rbd_template_upload_clone_resize_boot_delete(
     # A second instance of the image clones the same template: no upload.
     other, other_disk = _boot_disk(rbd_driver, image_id, 'raw')
     assert [i for i in ceph_cluster.images()
-            if i.startswith(pools.RBD_TEMPLATE_PREFIX)] == templates
+            if i.startswith(pool_specs.RBD_TEMPLATE_PREFIX)] == templates
     assert other_disk.exists()
 
     # Delete removes every volume of the instance, and nothing else.
@@ -168,8 +171,8 @@ def test_failed_template_upload_leaves_nothing(rbd_driver, raw_image,
                            side_effect=rename_fails):
         with pytest.raises(exception.VolumeCreateFailed) as e:
             _boot_disk(rbd_driver, image_id, 'raw')
-    assert pools.DISKS_POOL in str(e.value)
-    assert pools.RBD_TEMPLATE_PREFIX in str(e.value)
+    assert pool_specs.DISKS_POOL in str(e.value)
+    assert pool_specs.RBD_TEMPLATE_PREFIX in str(e.value)
     assert ceph_cluster.images() == []
     # The next build uploads it whole.
     inst, disk = _boot_disk(rbd_driver, image_id, 'raw')
@@ -199,7 +202,7 @@ def test_rbd_volumes_are_shared_block_storage(rbd_driver, raw_image,
     # not shared.
     other = objects.Instance(uuid=str(uuid.uuid4()), system_metadata={
         'imgtype_backend': 'qcow2', 'imgtype_storage': 'pools',
-        'imgtype_pool': pools.DISKS_POOL + '-dir'})
+        'imgtype_pool': pool_specs.DISKS_POOL + '-dir'})
     cls = rbd_driver.image_backend.class_for(
         rbd_driver._resolver.decision_for(other))
     assert cls is storage.LibvirtStorage
@@ -214,7 +217,7 @@ def test_template_uploads_of_two_hosts_never_harm_each_other(
     image_id, digest = raw_image
     # Another compute is writing its copy of some template.
     ceph_cluster.rbd('create', '--size', '1M', ceph_cluster.image_spec(
-        pools.RBD_TEMPLATE_PREFIX + 'x.part-compute9-0a1b2c3d'))
+        pool_specs.RBD_TEMPLATE_PREFIX + 'x.part-compute9-0a1b2c3d'))
     real_execute = processutils.execute
     winners = []
 
@@ -235,10 +238,10 @@ def test_template_uploads_of_two_hosts_never_harm_each_other(
     # The winner's template, the disk cloned from it, the other host's
     # upload in progress; this host's own copy is gone.
     assert sorted(images) == sorted([
-        winners[0], pools.volume_name(inst.uuid, 'disk'),
-        pools.RBD_TEMPLATE_PREFIX + 'x.part-compute9-0a1b2c3d'])
+        winners[0], pool_specs.volume_name(inst.uuid, 'disk'),
+        pool_specs.RBD_TEMPLATE_PREFIX + 'x.part-compute9-0a1b2c3d'])
     info = ceph_cluster.rbd_json('info', ceph_cluster.image_spec(
-        pools.volume_name(inst.uuid, 'disk')))
+        pool_specs.volume_name(inst.uuid, 'disk')))
     assert info['parent']['image'] == winners[0]
     assert _rbd_head_sha256(ceph_cluster, winners[0], IMAGE_SIZE) == digest
 
@@ -252,13 +255,13 @@ def test_unused_templates_leave_the_ceph_pool(
     image_id, _ = raw_image
     inst, disk = _boot_disk(rbd_driver, image_id, 'raw')
     [template] = [i for i in ceph_cluster.images()
-                  if i.startswith(pools.RBD_TEMPLATE_PREFIX)]
-    upload = pools.RBD_TEMPLATE_PREFIX + 'y.part-compute9-0a1b2c3d'
+                  if i.startswith(pool_specs.RBD_TEMPLATE_PREFIX)]
+    upload = pool_specs.RBD_TEMPLATE_PREFIX + 'y.part-compute9-0a1b2c3d'
     ceph_cluster.rbd('create', '--size', '1M',
                      ceph_cluster.image_spec(upload))
-    pool = rbd_driver._pools.get(pools.DISKS_POOL)
+    pool = rbd_driver._pools.get(pool_specs.DISKS_POOL)
     base_dir = str(conf.conf.instances_path) + '/_base'
-    cached = base_dir + '/' + template[len(pools.RBD_TEMPLATE_PREFIX):]
+    cached = base_dir + '/' + template[len(pool_specs.RBD_TEMPLATE_PREFIX):]
 
     def gc(min_age=0):
         return storage_rbd.remove_unused_templates(
@@ -278,7 +281,7 @@ def test_unused_templates_leave_the_ceph_pool(
     assert gc() == [template]
     assert sorted(ceph_cluster.images()) == [upload]
     # Through the driver's image cache pass, with the cache's rules.
-    unused = pools.RBD_TEMPLATE_PREFIX + 'no-longer-cached'
+    unused = pool_specs.RBD_TEMPLATE_PREFIX + 'no-longer-cached'
     ceph_cluster.rbd('create', '--size', '1M',
                      ceph_cluster.image_spec(unused))
     pool.refresh(0)
@@ -302,7 +305,7 @@ def test_a_reverted_resize_gets_the_disk_back_as_it_was(
     rollback and removal), on the real Ceph image."""
     image_id, _digest = raw_image
     inst, disk = _boot_disk(rbd_driver, image_id, 'raw')
-    vol = pools.volume_name(inst.uuid, 'disk')
+    vol = pool_specs.volume_name(inst.uuid, 'disk')
     spec = ceph_cluster.image_spec(vol)
     before = _rbd_head_sha256(ceph_cluster, vol, 64 * MiB)
 
@@ -332,7 +335,7 @@ def test_a_snapshot_of_an_rbd_volume_holds_its_data(
     extracted as stock's Rbd extracts its disk, read as raw."""
     image_id, _digest = raw_image
     inst, disk = _boot_disk(rbd_driver, image_id, 'raw')
-    vol = pools.volume_name(inst.uuid, 'disk')
+    vol = pool_specs.volume_name(inst.uuid, 'disk')
     subprocess.run(['qemu-io', '-f', 'raw', '-c', 'write -P 0x5a 1M 1M',
                     ceph_cluster.qemu_spec(vol)], check=True,
                    capture_output=True)
@@ -349,14 +352,17 @@ def test_a_snapshot_of_an_rbd_volume_holds_its_data(
 
 def test_a_confirmed_resize_leaves_no_snapshot(rbd_driver, raw_image,
                                                ceph_cluster):
-    """Stock's confirm removes the resize snapshot only when the host's
-    own backend clones; the plugin removes an rbd pool volume's."""
+    """Stock's confirm removes the resize snapshot of a root disk whose
+    backend clones: an rbd pool volume's (RbdStorage clones)."""
     image_id, _digest = raw_image
     inst, disk = _boot_disk(rbd_driver, image_id, 'raw')
-    spec = ceph_cluster.image_spec(pools.volume_name(inst.uuid, 'disk'))
+    spec = ceph_cluster.image_spec(pool_specs.volume_name(inst.uuid, 'disk'))
     ceph_cluster.rbd('snap', 'create', '%s@%s' % (spec, RESIZE_SNAPSHOT))
-    with mock.patch.object(stock_driver.LibvirtDriver, '_cleanup_resize'):
-        rbd_driver._cleanup_resize(None, inst, None)
+    # What stock's confirm reads of the instance (the old flavor, for a
+    # vTPM; the host, for the domain).
+    inst.host = nova_conf.CONF.host
+    inst.old_flavor = inst.new_flavor = objects.Flavor(extra_specs={})
+    rbd_driver._cleanup_resize(None, inst, None)
     assert ceph_cluster.rbd_json('snap', 'ls', spec) == []
 
 
@@ -370,7 +376,7 @@ def test_a_template_removed_by_another_host_before_its_clone_is_uploaded_again(
     image_id, digest = raw_image
     first, first_disk = _boot_disk(rbd_driver, image_id, 'raw')
     [template] = [i for i in ceph_cluster.images()
-                  if i.startswith(pools.RBD_TEMPLATE_PREFIX)]
+                  if i.startswith(pool_specs.RBD_TEMPLATE_PREFIX)]
     first_disk._volume().delete(0)
     # Host C, behind this host's libvirt: the template and its snapshot.
     spec = ceph_cluster.image_spec(template)
@@ -378,13 +384,13 @@ def test_a_template_removed_by_another_host_before_its_clone_is_uploaded_again(
         ceph_cluster.rbd('snap', 'unprotect', '%s@%s' % (spec, snap['name']))
     ceph_cluster.rbd('snap', 'purge', spec)
     ceph_cluster.rbd('rm', '--no-progress', spec)
-    disks = rbd_driver._pools.get(pools.DISKS_POOL)
+    disks = rbd_driver._pools.get(pool_specs.DISKS_POOL)
     assert template in disks.listVolumes()      # not refreshed here
 
     second, disk = _boot_disk(rbd_driver, image_id, 'raw')
 
     assert disk.exists()
-    vol = pools.volume_name(second.uuid, 'disk')
+    vol = pool_specs.volume_name(second.uuid, 'disk')
     info = ceph_cluster.rbd_json('info', ceph_cluster.image_spec(vol))
     assert info['parent']['image'] == template
     assert _rbd_head_sha256(ceph_cluster, vol, IMAGE_SIZE) == digest
@@ -410,7 +416,7 @@ def test_an_rbd_pool_of_another_name_is_found_by_its_storage(
 
     decision = _recorded_elsewhere(rbd_driver, inst, 'ceph-vms', location)
 
-    assert decision.pool == pools.DISKS_POOL
+    assert decision.pool == pool_specs.DISKS_POOL
     again = rbd_driver.image_backend.by_name(inst, 'disk')
     assert isinstance(again, storage_rbd.RbdStorage)
     assert again.exists() and again.path == disk.path
@@ -425,9 +431,9 @@ def test_a_dir_pool_of_another_host_is_never_this_hosts_rbd_pool(
         'imgtype_backend': 'qcow2', 'imgtype_native_formats': 'qcow2',
         'imgtype_storage': 'pools'})
     directory = str(libvirt_tmp_path / 'instances' / 'disks')
-    decision = _recorded_elsewhere(rbd_driver, inst, pools.DISKS_POOL,
+    decision = _recorded_elsewhere(rbd_driver, inst, pool_specs.DISKS_POOL,
                                    'dir:%s' % directory)
-    assert decision.pool == pools.DISKS_POOL + '-dir'
+    assert decision.pool == pool_specs.DISKS_POOL + '-dir'
     disk = rbd_driver.image_backend.by_name(inst, 'disk')
     assert type(disk) is storage.LibvirtStorage
     assert not disk.is_shared_block_storage()
@@ -445,7 +451,7 @@ def test_rbd_disks_this_host_does_not_reach_are_never_made_or_deleted_here(
         'imgtype_backend': 'rbd', 'imgtype_native_formats': 'raw',
         'imgtype_storage': 'pools'})
     location = 'rbd:%s@%s' % (ceph_cluster.pool, ceph_cluster.mon_addr)
-    decision = _recorded_elsewhere(pool_driver, inst, pools.DISKS_POOL,
+    decision = _recorded_elsewhere(pool_driver, inst, pool_specs.DISKS_POOL,
                                    location)
     assert decision.pool == location
     # Shared storage (stock asks the backend before it deletes disks) ...
@@ -455,8 +461,8 @@ def test_rbd_disks_this_host_does_not_reach_are_never_made_or_deleted_here(
     with pytest.raises(exception.PoolNotFound, match=location):
         pool_driver.image_backend.by_name(inst, 'disk')
     with pytest.raises(exception.StorageUnavailable, match=location):
-        pool_driver._pools_here(decision)
-    pool_driver._delete_pool_volumes(inst)      # finds nothing, deletes none
+        pool_driver._disks.pools_here(decision)
+    pool_driver._disks.delete_pool_volumes(inst)  # finds nothing, deletes none
 
 
 def test_the_same_ceph_pool_with_monitors_listed_otherwise_is_kept(
@@ -468,9 +474,9 @@ def test_the_same_ceph_pool_with_monitors_listed_otherwise_is_kept(
     image_id, _digest = raw_image
     inst, disk = _boot_disk(rbd_driver, image_id, 'raw')
     decision = _recorded_elsewhere(
-        rbd_driver, inst, pools.DISKS_POOL,
+        rbd_driver, inst, pool_specs.DISKS_POOL,
         'rbd:%s@ceph-mon-1.example:6789' % ceph_cluster.pool)
-    assert decision.pool == pools.DISKS_POOL
+    assert decision.pool == pool_specs.DISKS_POOL
     assert rbd_driver.image_backend.by_name(inst, 'disk').exists()
 
 
@@ -494,7 +500,7 @@ def test_a_config_drive_is_imported_through_the_hosts_ceph_conf(
             nova_context.get_admin_context(), inst,
             stock_driver.InjectionInfo(network_info=[], files=[],
                                        admin_pass=None))
-    vol = pools.volume_name(inst.uuid, 'disk.config')
+    vol = pool_specs.volume_name(inst.uuid, 'disk.config')
     assert vol in ceph_cluster.images()
     assert not [i for i in ceph_cluster.images() if '.part-' in i]
     assert not os.path.exists(local)
@@ -587,7 +593,7 @@ def test_an_image_glance_keeps_in_this_cluster_is_cloned_as_stock_does(
 
     assert isinstance(disk, storage_rbd.RbdStorage)
     assert downloaded == []
-    vol = pools.volume_name(inst.uuid, 'disk')
+    vol = pool_specs.volume_name(inst.uuid, 'disk')
     info = ceph_cluster.rbd_json('info', ceph_cluster.image_spec(vol))
     assert (info['parent']['image'], info['parent']['snapshot']) == (
         image_id, 'snap')
@@ -595,9 +601,9 @@ def test_an_image_glance_keeps_in_this_cluster_is_cloned_as_stock_does(
     assert _rbd_head_sha256(ceph_cluster, vol, IMAGE_SIZE) == digest
     # No template of the plugin's in Ceph, and libvirt lists the volume.
     assert not [i for i in ceph_cluster.images()
-                if i.startswith(pools.RBD_TEMPLATE_PREFIX)]
+                if i.startswith(pool_specs.RBD_TEMPLATE_PREFIX)]
     assert rbd_driver._pools.find_volume(
-        rbd_driver._pools.get(pools.DISKS_POOL), vol) is not None
+        rbd_driver._pools.get(pool_specs.DISKS_POOL), vol) is not None
 
 
 def test_never_download_image_if_on_rbd_is_kept(
@@ -613,7 +619,7 @@ def test_never_download_image_if_on_rbd_is_kept(
         _root_disk_as_stock_makes_it(rbd_driver, image_id)
     assert downloaded == []
     assert not [i for i in ceph_cluster.images()
-                if i.startswith(pools.RBD_TEMPLATE_PREFIX)]
+                if i.startswith(pool_specs.RBD_TEMPLATE_PREFIX)]
 
 
 def test_a_resize_on_shared_ceph_keeps_the_cloned_disk(
@@ -629,7 +635,7 @@ def test_a_resize_on_shared_ceph_keeps_the_cloned_disk(
     urls[image_id] = _glance_copy_in_ceph(ceph_cluster, image_id,
                                           glance[image_id][0])
     inst, _disk = _root_disk_as_stock_makes_it(rbd_driver, image_id)
-    vol = pools.volume_name(inst.uuid, 'disk')
+    vol = pool_specs.volume_name(inst.uuid, 'disk')
     spec = ceph_cluster.image_spec(vol)
     ceph_cluster.rbd('snap', 'create', '%s@%s' % (spec, RESIZE_SNAPSHOT))
 

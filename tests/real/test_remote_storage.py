@@ -13,8 +13,8 @@ import libvirt
 import pytest
 
 from nova_imgtype import exception
-from nova_imgtype.testing import libvirtd as real
 from nova_imgtype.virt.libvirt import remote_storage
+from nova_imgtype_testing import libvirtd as real
 from tests.files import sparse_file
 
 MiB = 1024 * 1024

@@ -22,11 +22,11 @@ from nova import objects
 from nova.virt.libvirt import imagecache as nova_imagecache
 from nova.virt.libvirt import utils as libvirt_utils
 
-from nova_imgtype.testing import glance as glance_data
-from nova_imgtype.testing import libvirtd as real
-from nova_imgtype.testing.cinder import Cinder
 from nova_imgtype.virt.libvirt.template_handlers import downloading
 from nova_imgtype.virt.libvirt.template_handlers import volume_linking
+from nova_imgtype_testing import glance as glance_data
+from nova_imgtype_testing import libvirtd as real
+from nova_imgtype_testing.cinder import Cinder
 from tests.real.test_native_images import MiB
 from tests.real.test_native_images import conf  # noqa: F401
 from tests.real.test_native_images import driver  # noqa: F401

@@ -17,6 +17,7 @@ from nova_imgtype.virt.libvirt import mapping
 from nova_imgtype.virt.libvirt import qcow2
 from nova_imgtype.virt.libvirt import resolver as resolver_mod
 from nova_imgtype.virt.libvirt import sizes
+from nova_imgtype.virt.libvirt import storage
 
 CONF = nova.conf.CONF
 objects.register_all()
@@ -102,8 +103,8 @@ def _instance(**sysmeta):
 
 @pytest.fixture
 def backend(conf):
-    return imagebackend.Backend(True, resolver_mod.BackendResolver(CONF),
-                                CONF)
+    return imagebackend.Backend(
+        True, resolver_mod.BackendResolver(CONF).decision_for, CONF)
 
 
 def test_recorded_backend_wins_over_images_type(conf, backend):
@@ -179,3 +180,33 @@ def test_third_party_backend_takes_no_linked_template_unless_it_says_so():
 
     assert not backends.accepts_linked_templates(Copies)
     assert backends.accepts_linked_templates(Overlays)
+
+
+class _Pools:
+    """StoragePools whose libvirt answers ``error`` for any pool."""
+
+    def __init__(self, error):
+        self._error = error
+
+    def get(self, name):
+        raise self._error
+
+    def definition(self, pool):
+        raise AssertionError('no pool to read')
+
+
+def test_a_pool_libvirt_does_not_answer_for_is_not_taken_as_not_here(conf):
+    # "Not found" is known: this host holds none of it (not shared).
+    found = imagebackend.Backend(
+        True, resolver_mod.BackendResolver(CONF).decision_for, CONF,
+        pools=_Pools(exception.PoolNotFound(pool='p')))
+    assert found._storage_class('p') is storage.LibvirtStorage
+    # A libvirt that does not answer says nothing of the pool, least of
+    # all that its disks are this host's own to delete.
+    unavailable = exception.StorageUnavailable(pool='p', reason='down')
+    assert isinstance(unavailable, exception.StorageException)
+    down = imagebackend.Backend(
+        True, resolver_mod.BackendResolver(CONF).decision_for, CONF,
+        pools=_Pools(unavailable))
+    with pytest.raises(exception.StorageUnavailable):
+        down._storage_class('p')

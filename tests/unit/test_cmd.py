@@ -47,7 +47,7 @@ def test_check_table_for_every_glance_format(tmp_path, capsys):
     out = capsys.readouterr().out
     for fmt in ('ami', 'ari', 'aki', 'vhd', 'vhdx', 'vmdk', 'raw', 'qcow2',
                 'vdi', 'ploop', 'iso'):
-        assert '\n%s ' % fmt in out
+        assert '| %s ' % fmt in out
 
 
 def test_check_json(tmp_path, capsys):
@@ -109,7 +109,7 @@ def test_check_cli_prints_only_the_result(tmp_path):
     proc = _script('nova-imgtype', 'check', '--config-file', path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stderr == ''
-    assert '\nqcow2 ' in proc.stdout
+    assert '| qcow2 ' in proc.stdout
 
 
 def test_status_upgrade_check_cli(tmp_path):
@@ -129,6 +129,8 @@ def test_status_upgrade_check_cli(tmp_path):
     assert 'Could not ask placement' in out
     assert 'Check: nova-imgtype options Result: Failure' in out
     assert "'qcow2:lvm'" in out
+    # The installed Nova is one this nova-imgtype was made for.
+    assert 'Check: Stock Nova hooks Result: Success' in out
 
 
 #: Config files that cannot be read or parsed: (content, what the error
@@ -336,3 +338,24 @@ def test_config_files_as_oslo_config_reads_them(tmp_path):
     assert cmd.config_files([], project='no-such-project',
                             default_config_files=['y.conf']) == [
         os.path.abspath('y.conf')]
+
+
+def test_status_fails_on_a_nova_whose_code_the_hooks_do_not_fit(
+        monkeypatch):
+    """After a Nova upgrade, before nova-compute restarts on it: a hook
+    the new Nova's code no longer fits is a failure naming it."""
+    from oslo_upgradecheck import upgradecheck
+
+    from nova_imgtype import stock
+    from nova_imgtype.cmd import status
+
+    monkeypatch.setattr(stock, 'broken', lambda: [
+        "after_power_off: Stock Nova's nova.virt.libvirt.driver:"
+        "LibvirtDriver.migrate_disk_and_power_off no longer matches ..."])
+    result = status.Checks()._check_stock_hooks()
+    assert result.code == upgradecheck.Code.FAILURE
+    assert 'after_power_off' in result.details
+    assert 'upgrade nova-imgtype' in result.details
+    monkeypatch.setattr(stock, 'broken', lambda: [])
+    assert status.Checks()._check_stock_hooks().code == (
+        upgradecheck.Code.SUCCESS)

@@ -1,6 +1,6 @@
 """A move of legacy files into a dir pool killed half-way (issue 12,
 defect 4: "``_move_to_pools`` renames files before the new state is
-recorded and saved").
+recorded and saved"; now ``InstanceDisks.move_to_pools``).
 
 The kill is a ``BaseException`` raised from the second rename: nothing of
 the driver's own clean-up runs, as when the process dies. Then nova-compute
@@ -16,7 +16,7 @@ from unittest import mock
 import pytest
 from nova import objects
 
-from nova_imgtype.virt.libvirt import pools
+from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import resolver as resolver_mod
 from tests.unit.test_driver import STOCK
 from tests.unit.test_driver import _instance
@@ -73,12 +73,12 @@ def test_a_move_killed_half_way_is_finished_at_the_next_start(drv):
 
     with mock.patch('os.rename', side_effect=rename):
         with pytest.raises(Killed):
-            drv._move_to_pools(inst)
+            drv._disks.move_to_pools(inst)
     # What the crash left: the record says pools (it was saved first), one
     # file moved, one not.
     assert drv._resolver.recorded(inst).storage == resolver_mod.POOLS
     inst.save.assert_called()
-    target = pools.pool_target(drv._pools.get(pools.DISKS_POOL))
+    target = pool_specs.pool_target(drv._pools.get(pool_specs.DISKS_POOL))
     assert os.path.exists(os.path.join(target, '%s_disk' % inst.uuid))
     assert os.path.exists(os.path.join(inst_dir, 'disk.local'))
 
@@ -88,18 +88,18 @@ def test_a_move_killed_half_way_is_finished_at_the_next_start(drv):
     # looked at.)
     for name in NAMES:
         assert os.path.exists(os.path.join(
-            target, pools.volume_name(inst.uuid, name)))
+            target, pool_specs.volume_name(inst.uuid, name)))
         assert not os.path.exists(os.path.join(inst_dir, name))
 
 
 def test_a_failed_move_puts_files_and_record_back(drv):
     inst, inst_dir = _legacy(drv)
-    target = pools.pool_target(drv._pools.get(pools.DISKS_POOL))
+    target = pool_specs.pool_target(drv._pools.get(pool_specs.DISKS_POOL))
     # A volume of the second name is already there: refused, nothing lost.
     subprocess.run(['qemu-img', 'create', '-q', '-f', 'qcow2', os.path.join(
         target, '%s_disk.local' % inst.uuid), '1M'], check=True)
     with pytest.raises(Exception, match='disk.local'):
-        drv._move_to_pools(inst)
+        drv._disks.move_to_pools(inst)
     assert drv._resolver.recorded(inst).storage == resolver_mod.LEGACY
     for name in NAMES:
         assert os.path.exists(os.path.join(inst_dir, name))
@@ -112,10 +112,10 @@ def test_a_cold_move_interrupted_while_staging_reverts_into_the_pool(drv):
     nova-compute restarted during the move calls finish_revert_migration;
     one volume was staged out, the other not yet."""
     inst = _instance(imgtype_backend='qcow2', imgtype_storage='pools',
-                     imgtype_pool=pools.DISKS_POOL)
+                     imgtype_pool=pool_specs.DISKS_POOL)
     inst_dir = os.path.join(drv._resolver._conf.instances_path, inst.uuid)
     os.makedirs(inst_dir)
-    target = pools.pool_target(drv._pools.get(pools.DISKS_POOL))
+    target = pool_specs.pool_target(drv._pools.get(pool_specs.DISKS_POOL))
     staged = os.path.join(inst_dir, '%s_disk' % inst.uuid)
     kept = os.path.join(target, '%s_disk.local' % inst.uuid)
     for path, data in ((staged, b'root'), (kept, b'ephemeral')):

@@ -25,8 +25,11 @@ from oslo_serialization import jsonutils
 
 from nova_imgtype import exception
 from nova_imgtype import record as record_mod
+from nova_imgtype.virt.libvirt import cold_move
 from nova_imgtype.virt.libvirt import driver as imgtype_driver
 from nova_imgtype.virt.libvirt import imagecache
+from nova_imgtype.virt.libvirt import pool_specs
+from nova_imgtype_testing import drivers
 
 CONF = nova.conf.CONF
 objects.register_all()
@@ -418,7 +421,7 @@ def test_rbd_is_served_only_where_a_ceph_conf_names_monitors(
     missing = str(tmp_path / 'ceph.conf')
     drv = make_driver(images_type='qcow2', images_rbd_ceph_conf=missing)
     assert 'rbd' not in drv.served_backends()
-    assert 'CUSTOM_IMGTYPE_BACKEND_RBD' not in drv._custom_traits
+    assert 'CUSTOM_IMGTYPE_BACKEND_RBD' not in drv._host_traits.custom_traits
     with pytest.raises(exception.InvalidImagesTypeMapping,
                        match='no Ceph monitor in %s' % missing):
         make_driver(images_type='qcow2', images_rbd_ceph_conf=missing,
@@ -428,7 +431,7 @@ def test_rbd_is_served_only_where_a_ceph_conf_names_monitors(
         f.write('[global]\nmon_host = [v2:10.0.0.1:3300,v1:10.0.0.1:6789]\n')
     drv = make_driver(images_type='qcow2', images_rbd_ceph_conf=missing)
     assert 'rbd' in drv.served_backends()
-    assert 'CUSTOM_IMGTYPE_BACKEND_RBD' in drv._custom_traits
+    assert 'CUSTOM_IMGTYPE_BACKEND_RBD' in drv._host_traits.custom_traits
 
 
 def _placement_traits(*traits):
@@ -468,7 +471,7 @@ def test_cold_move_goes_on(make_driver, compute_node):
     inst = _instance(imgtype_backend='qcow2')
     # (How the files go: tests/real/test_cold_moves_libvirt.)
     with _placement_traits('CUSTOM_IMGTYPE_BACKEND_QCOW2'), \
-            mock.patch.object(drv, '_migrate_files') as moved:
+            mock.patch.object(cold_move.ColdMove, 'send_files') as moved:
         drv.migrate_disk_and_power_off(None, inst, '192.0.2.2', None, None)
     moved.assert_called_once()
 
@@ -523,8 +526,8 @@ def test_pools(make_driver, test_conn):
     from nova_imgtype.virt.libvirt import pools
 
     def attach(drv):
-        drv._pools = drv.image_backend.pools = pools.StoragePools(
-            lambda: test_conn)
+        drivers.use_pools(drv, pools.StoragePools(
+            lambda: test_conn))
         return drv
 
     # init_host counts this host's legacy instances in Nova's DB.
@@ -534,14 +537,13 @@ def test_pools(make_driver, test_conn):
 
 
 def test_init_host_ensures_the_pools(make_driver, test_pools):
-    from nova_imgtype.virt.libvirt import pools
     drv = test_pools(make_driver(use_storage_pools=True))
     with mock.patch.object(STOCK, 'init_host'):
         drv.init_host('host1')
-    for name in (pools.BASE_POOL, pools.DISKS_POOL):
+    for name in (pool_specs.BASE_POOL, pool_specs.DISKS_POOL):
         pool = drv._pools.get(name)
         assert pool.isActive() and pool.autostart()
-    target = pools.pool_target(drv._pools.get(pools.BASE_POOL))
+    target = pool_specs.pool_target(drv._pools.get(pool_specs.BASE_POOL))
     assert target == os.path.join(CONF.instances_path, '_base')
 
 
@@ -561,19 +563,17 @@ def test_init_host_counts_legacy_instances(make_driver, test_pools,
 
 def test_init_host_refuses_a_conflicting_pool(make_driver, test_pools,
                                               tmp_path):
-    from nova_imgtype.virt.libvirt import pools
     drv = test_pools(make_driver(use_storage_pools=True))
-    drv._pools.ensure(pools.PoolSpec(pools.DISKS_POOL, 'dir',
+    drv._pools.ensure(pool_specs.PoolSpec(pool_specs.DISKS_POOL, 'dir',
                                      str(tmp_path / 'elsewhere')))
     with mock.patch.object(STOCK, 'init_host'):
         with pytest.raises(exception.PoolConflict,
-                           match=pools.DISKS_POOL):
+                           match=pool_specs.DISKS_POOL):
             drv.init_host('host1')
 
 
 def test_pool_instance_disks_are_volumes_and_go_with_it(make_driver,
                                                         test_pools):
-    from nova_imgtype.virt.libvirt import pools
     from nova_imgtype.virt.libvirt import storage
     drv = test_pools(make_driver(use_storage_pools=True))
     with mock.patch.object(STOCK, 'init_host'):
@@ -582,15 +582,15 @@ def test_pool_instance_disks_are_volumes_and_go_with_it(make_driver,
     other = _instance(imgtype_backend='qcow2', imgtype_storage='pools')
     disk = drv.image_backend.by_name(inst, 'disk')
     assert isinstance(disk, storage.LibvirtStorage)
-    disks = drv._pools.get(pools.DISKS_POOL)
+    disks = drv._pools.get(pool_specs.DISKS_POOL)
     for i in (inst, other):
         for name in ('disk', 'disk.rescue'):
-            drv._pools.create_cow(disks, pools.volume_name(i.uuid, name),
+            drv._pools.create_cow(disks, pool_specs.volume_name(i.uuid, name),
                                   '/t', 'raw', 1 << 20)
     with mock.patch.object(STOCK, 'unrescue'):
         drv.unrescue(None, inst)
     assert not drv._pools.find_volume(
-        disks, pools.volume_name(inst.uuid, 'disk.rescue'))
+        disks, pool_specs.volume_name(inst.uuid, 'disk.rescue'))
     assert disk.exists()
     with mock.patch.object(STOCK, '_cleanup'):
         drv._cleanup(None, inst, None, cleanup_instance_disks=True)
@@ -630,10 +630,10 @@ def test_pool_instance_cold_move_by_what_the_destination_serves(
     with _placement_traits(*dest_traits):
         if outcome == 'refused':
             with pytest.raises(nova_exception.InstanceFaultRollback) as e:
-                drv._check_destination_serves(None, inst)
+                drv._cold.check_destination(None, inst)
             assert 'backend qcow2' in str(e.value.inner_exception)
         else:
-            assert drv._check_destination_serves(None, inst) is outcome
+            assert drv._cold.check_destination(None, inst) is outcome
 
 
 @pytest.mark.parametrize('pools_on,recorded,expected', [

@@ -17,8 +17,9 @@ from nova import exception as nova_exception
 from nova import objects
 from oslo_serialization import jsonutils
 
+from nova_imgtype.stock import migration_xml
 from nova_imgtype.virt.libvirt import live_migration as lm
-from nova_imgtype.virt.libvirt import pools
+from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import remote_storage
 from nova_imgtype.virt.libvirt import resolver as resolver_mod
 from tests.unit.test_driver import STOCK
@@ -157,7 +158,8 @@ def test_arriving_disk_info_names_the_disks_as_the_destination_does():
 
 def test_retargeted_guest_sends_the_rewritten_xml():
     guest = mock.Mock()
-    wrapped = lm.RetargetedGuest(guest, lambda xml: xml + '<!--there-->')
+    wrapped = migration_xml.RetargetedGuest(
+        guest, lambda xml: xml + '<!--there-->')
     wrapped.migrate('qemu+tcp://h/system', flags=3, destination_xml='<d/>')
     guest.migrate.assert_called_once_with(
         'qemu+tcp://h/system', flags=3, destination_xml='<d/><!--there-->')
@@ -270,21 +272,21 @@ def test_destination_with_pools_makes_volumes(make_driver,  # noqa: F811
                                _migrate_data())
     # Stock made the overlays under the decision this host gives it...
     assert (seen['decision'].storage, seen['decision'].pool) == (
-        resolver_mod.POOLS, pools.DISKS_POOL)
+        resolver_mod.POOLS, pool_specs.DISKS_POOL)
     assert [i['path'].rsplit('/', 1)[1] for i in seen['disk_info']] == [
         'disk.eph0']
     # ...the empty disk is a volume of the pool, as large as the source's.
-    vol = drv._pools.find_volume(drv._pools.get(pools.DISKS_POOL),
+    vol = drv._pools.find_volume(drv._pools.get(pool_specs.DISKS_POOL),
                                  '%s_disk' % inst.uuid)
     assert vol is not None and vol.info()[1] == 1 << 20
     # Nothing recorded as the instance's decision yet; the arrival is.
     assert drv._resolver.recorded(inst).storage == resolver_mod.LEGACY
     assert drv._resolver.recorded_arrival(inst, 'host1') == (
-        resolver_mod.POOLS, pools.pool_target(drv._pools.get(
-            pools.DISKS_POOL)))
+        resolver_mod.POOLS, pool_specs.pool_target(drv._pools.get(
+            pool_specs.DISKS_POOL)))
     inst.save.assert_called_once()
     # ...and kept by this host, whatever a save elsewhere does to it.
-    assert drv._arrivals[inst.uuid].storage == resolver_mod.POOLS
+    assert drv._live.arrivals[inst.uuid].storage == resolver_mod.POOLS
 
 
 def test_destination_without_pools_makes_files(make_driver):  # noqa: F811
@@ -324,8 +326,8 @@ def test_source_refuses_a_pool_instance_to_a_host_that_made_nothing(
                            return_value=_instance()):
         with pytest.raises(nova_exception.MigrationError,
                            match='host2 made no disks'):
-            drv._guest_for_destination(None, inst, 'host2', _migrate_data(),
-                                       mock.Mock())
+            drv._live.guest_for_destination(None, inst, 'host2',
+                                            _migrate_data(), mock.Mock())
 
 
 def _sent(drv, storage, directory, migrate_data, **fill):
@@ -346,8 +348,8 @@ def _sent(drv, storage, directory, migrate_data, **fill):
                        return_value='/i/' + UUID), \
             mock.patch.object(remote_storage.LibvirtRemoteFilesystem,
                               'fill', **fill) as copy:
-        sent = drv._guest_for_destination(None, inst, 'host2',
-                                          migrate_data, guest)
+        sent = drv._live.guest_for_destination(None, inst, 'host2',
+                                               migrate_data, guest)
     return sent, guest, copy
 
 
@@ -401,7 +403,7 @@ def test_rollback_removes_what_the_destination_made(
     drv = _pool_driver(make_driver, test_pools, images_type='qcow2',
                        use_storage_pools=True)
     inst = _instance(imgtype_backend='flat', imgtype_storage='legacy')
-    disks = drv._pools.get(pools.DISKS_POOL)
+    disks = drv._pools.get(pool_specs.DISKS_POOL)
     drv._pools.create_empty(disks, '%s_disk' % inst.uuid, 'raw', 1 << 20)
     fresh = _instance(**dict(inst.system_metadata))
     drv._resolver.record_arrival(fresh, 'host1', drv._resolver.arrival(
@@ -451,7 +453,7 @@ def test_arrived_instance_records_where_its_disks_are(
                      imgtype_native_formats='qcow2')
     arrival = drv._resolver.arrival(drv._resolver.recorded(inst))
     if made_here:
-        drv._arrivals[inst.uuid] = arrival
+        drv._live.arrivals[inst.uuid] = arrival
     fresh = _instance(**dict(inst.system_metadata))
     if arrived:
         drv._resolver.record_arrival(fresh, 'host1', arrival, '/d')
@@ -461,7 +463,7 @@ def test_arrived_instance_records_where_its_disks_are(
         drv.post_live_migration_at_destination(None, inst, None,
                                                block_migration, None)
     got = drv._resolver.recorded(inst)
-    assert inst.uuid not in drv._arrivals
+    assert inst.uuid not in drv._live.arrivals
     if copied:
         assert (got.backend, got.native_formats, got.storage, got.pool) == (
             'qcow2', ('qcow2',), resolver_mod.LEGACY, '')
@@ -483,10 +485,10 @@ def test_live_migration_source_check_by_pool_type(
                      imgtype_storage='pools',
                      imgtype_pool='nova-disks-pool-%s' % kind)
     # (Which host it goes to: test_stock_destinations.)
-    with mock.patch.object(drv, '_instance_pool'), \
+    with mock.patch.object(drv._disks, 'instance_pool'), \
             mock.patch.object(objects.MigrationList, 'get_by_filters',
                               return_value=[]), \
-            mock.patch('nova_imgtype.virt.libvirt.pools.pool_type',
+            mock.patch('nova_imgtype.virt.libvirt.pool_specs.pool_type',
                        return_value=kind), \
             mock.patch.object(STOCK, 'check_can_live_migrate_source',
                               return_value='checked') as stock:
@@ -516,7 +518,7 @@ def test_shared_rbd_volumes_are_recorded_in_this_hosts_pool(
                                                None)
     got = drv._resolver.recorded(inst)
     assert (got.backend, got.storage, got.pool) == (
-        'rbd', resolver_mod.POOLS, pools.DISKS_POOL)
+        'rbd', resolver_mod.POOLS, pool_specs.DISKS_POOL)
 
 
 def _probed_volume(path, probed, backing='', capacity=1 << 30):
@@ -573,7 +575,7 @@ def test_the_source_s_stale_record_is_not_saved_back(
     arrival = drv._resolver.arrival(drv._resolver.recorded(sent))
     drv._resolver.record_arrival(sent, 'host1', arrival, '/d')
     fresh = _instance(**dict(sent.system_metadata))
-    drv._arrivals[sent.uuid] = arrival
+    drv._live.arrivals[sent.uuid] = arrival
     with mock.patch.object(STOCK, 'post_live_migration_at_destination'), \
             mock.patch.object(objects.Instance, 'get_by_uuid',
                               return_value=fresh):
@@ -596,7 +598,7 @@ def test_arrival_is_recorded_before_stocks_part_which_can_fail(
     inst = _instance(imgtype_backend='qcow2', imgtype_storage='pools',
                      imgtype_pool='nova-disks-pool',
                      imgtype_native_formats='qcow2')
-    drv._arrivals[inst.uuid] = drv._resolver.arrival(
+    drv._live.arrivals[inst.uuid] = drv._resolver.arrival(
         drv._resolver.recorded(inst))
     fresh = _instance(**dict(inst.system_metadata))
     with mock.patch.object(STOCK, 'post_live_migration_at_destination',

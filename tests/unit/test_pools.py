@@ -9,7 +9,8 @@ from lxml import etree
 from nova import exception as nova_exception
 
 from nova_imgtype import exception
-from nova_imgtype.virt.libvirt import config
+from nova_imgtype.stock import volume_disk
+from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import pools
 
 
@@ -24,18 +25,18 @@ def sp(conn):
 
 
 def test_default_pools_are_created_started_autostarted(sp, tmp_path):
-    base, disks = pools.default_specs(str(tmp_path))
+    base, disks = pool_specs.default_specs(str(tmp_path))
     assert base.target == str(tmp_path / '_base')
     for spec in (base, disks):
         pool = sp.ensure(spec)
         assert pool.isActive() and pool.autostart()
     # Found again, not redefined.
     assert sp.ensure(disks).UUIDString() == sp.get(
-        pools.DISKS_POOL).UUIDString()
+        pool_specs.DISKS_POOL).UUIDString()
 
 
 def test_a_pool_definition_is_read_once_per_pool(sp, tmp_path, monkeypatch):
-    _, disks = pools.default_specs(str(tmp_path))
+    _, disks = pool_specs.default_specs(str(tmp_path))
     pool = sp.ensure(disks)
     read = []
     real_xml = libvirt.virStoragePool.XMLDesc
@@ -46,39 +47,41 @@ def test_a_pool_definition_is_read_once_per_pool(sp, tmp_path, monkeypatch):
 
     monkeypatch.setattr(libvirt.virStoragePool, 'XMLDesc', counting)
     first = sp.definition(pool)
-    assert sp.definition(sp.get(pools.DISKS_POOL)) is first
-    assert read == [pools.DISKS_POOL]
+    assert sp.definition(sp.get(pool_specs.DISKS_POOL)) is first
+    assert read == [pool_specs.DISKS_POOL]
     assert (first.type, first.target) == ('dir', disks.target)
     # Undefined and defined again elsewhere under the same name: another
     # pool (another UUID), read again.
     pool.destroy()
     pool.undefine()
-    moved = pools.PoolSpec(pools.DISKS_POOL, 'dir', str(tmp_path / 'b'))
+    moved = pool_specs.PoolSpec(pool_specs.DISKS_POOL, 'dir',
+                                str(tmp_path / 'b'))
     again = sp.definition(sp.ensure(moved))
     assert again.target == moved.target
-    assert read == [pools.DISKS_POOL] * 2
+    assert read == [pool_specs.DISKS_POOL] * 2
 
 
 def test_conflicting_pool_is_an_error_not_redefined(sp, conn, tmp_path):
-    _, disks = pools.default_specs(str(tmp_path))
-    other = pools.PoolSpec(pools.DISKS_POOL, 'dir', str(tmp_path / 'other'))
+    _, disks = pool_specs.default_specs(str(tmp_path))
+    other = pool_specs.PoolSpec(pool_specs.DISKS_POOL, 'dir',
+                                str(tmp_path / 'other'))
     conn.storagePoolDefineXML(other.to_xml(), 0)
     with pytest.raises(exception.PoolConflict) as e:
         sp.ensure(disks)
-    assert pools.DISKS_POOL in str(e.value)
+    assert pool_specs.DISKS_POOL in str(e.value)
     assert str(tmp_path / 'other') in str(e.value)
     target = etree.fromstring(conn.storagePoolLookupByName(
-        pools.DISKS_POOL).XMLDesc(0)).findtext('target/path')
+        pool_specs.DISKS_POOL).XMLDesc(0)).findtext('target/path')
     assert target == str(tmp_path / 'other')
 
 
 def test_missing_and_inactive_pools_are_named(sp, conn, tmp_path):
-    with pytest.raises(exception.PoolNotFound, match=pools.DISKS_POOL):
-        sp.get(pools.DISKS_POOL)
-    _, disks = pools.default_specs(str(tmp_path))
+    with pytest.raises(exception.PoolNotFound, match=pool_specs.DISKS_POOL):
+        sp.get(pool_specs.DISKS_POOL)
+    _, disks = pool_specs.default_specs(str(tmp_path))
     sp.ensure(disks).destroy()
-    with pytest.raises(exception.PoolInactive, match=pools.DISKS_POOL):
-        sp.get(pools.DISKS_POOL)
+    with pytest.raises(exception.PoolInactive, match=pool_specs.DISKS_POOL):
+        sp.get(pool_specs.DISKS_POOL)
 
 
 def test_unreachable_libvirt_is_a_clear_error():
@@ -86,7 +89,7 @@ def test_unreachable_libvirt_is_a_clear_error():
         raise libvirt.libvirtError('Failed to connect socket')
     with pytest.raises(exception.StorageUnavailable,
                        match='nova-disks-pool is unavailable: .*socket'):
-        pools.StoragePools(broken).get(pools.DISKS_POOL)
+        pools.StoragePools(broken).get(pool_specs.DISKS_POOL)
 
     def down():
         # What the driver's Host.get_connection raises without libvirtd.
@@ -94,13 +97,13 @@ def test_unreachable_libvirt_is_a_clear_error():
     with pytest.raises(exception.StorageUnavailable,
                        match='nova-base-images-pool is unavailable'):
         pools.StoragePools(down).ensure(
-            pools.default_specs('/nonexistent')[0])
+            pool_specs.default_specs('/nonexistent')[0])
 
 
 def test_cow_volume_xml_and_no_overwrite(sp, tmp_path):
-    _, disks = pools.default_specs(str(tmp_path))
+    _, disks = pool_specs.default_specs(str(tmp_path))
     pool = sp.ensure(disks)
-    name = pools.volume_name(str(uuid.uuid4()), 'disk')
+    name = pool_specs.volume_name(str(uuid.uuid4()), 'disk')
     vol = sp.create_cow(pool, name, '/cache/tmpl', 'raw', 1 << 30)
     xml = etree.fromstring(vol.XMLDesc(0))
     assert xml.find('target/format').get('type') == 'qcow2'
@@ -108,42 +111,47 @@ def test_cow_volume_xml_and_no_overwrite(sp, tmp_path):
     assert sp.backing_paths(pool) == {'/cache/tmpl'}
     with pytest.raises(exception.VolumeExists) as e:
         sp.create_cow(pool, name, '/cache/other', 'raw', 1 << 30)
-    assert name in str(e.value) and pools.DISKS_POOL in str(e.value)
+    assert name in str(e.value) and pool_specs.DISKS_POOL in str(e.value)
     assert etree.fromstring(pool.storageVolLookupByName(name).XMLDesc(
         0)).findtext('backingStore/path') == '/cache/tmpl'
 
 
 def test_delete_instance_volumes_only_touches_that_instance(sp, tmp_path):
-    _, disks = pools.default_specs(str(tmp_path))
+    _, disks = pool_specs.default_specs(str(tmp_path))
     pool = sp.ensure(disks)
     mine, other = str(uuid.uuid4()), str(uuid.uuid4())
     for u in (mine, other):
         for disk in ('disk', 'disk.local', 'disk.swap'):
-            sp.create_cow(pool, pools.volume_name(u, disk), '/t', 'raw',
+            sp.create_cow(pool, pool_specs.volume_name(u, disk), '/t', 'raw',
                           1 << 20)
     deleted = sp.delete_instance_volumes(pool, mine)
     assert sorted(deleted) == sorted(
-        pools.volume_name(mine, d) for d in ('disk', 'disk.local',
+        pool_specs.volume_name(mine, d) for d in ('disk', 'disk.local',
                                              'disk.swap'))
     left = sorted(v.name() for v in sp.volumes(pool))
-    assert left == sorted(pools.volume_name(other, d)
+    assert left == sorted(pool_specs.volume_name(other, d)
                           for d in ('disk', 'disk.local', 'disk.swap'))
+    # Only those ending with the suffix (a rescue's disks).
+    assert sp.delete_instance_volumes(pool, other, '.swap') == [
+        pool_specs.volume_name(other, 'disk.swap')]
+    assert sorted(v.name() for v in sp.volumes(pool)) == sorted(
+        pool_specs.volume_name(other, d) for d in ('disk', 'disk.local'))
 
 
 def test_volume_disk_xml_round_trips():
-    disk = config.LibvirtConfigGuestVolumeDisk()
-    disk.source_pool, disk.source_volume = pools.DISKS_POOL, 'u_disk'
+    disk = volume_disk.LibvirtConfigGuestVolumeDisk()
+    disk.source_pool, disk.source_volume = pool_specs.DISKS_POOL, 'u_disk'
     disk.driver_name, disk.driver_format = 'qemu', 'qcow2'
     disk.target_dev, disk.target_bus = 'vda', 'virtio'
     xml = etree.fromstring(disk.to_xml())
     assert xml.get('type') == 'volume'
-    assert xml.find('source').attrib == {'pool': pools.DISKS_POOL,
+    assert xml.find('source').attrib == {'pool': pool_specs.DISKS_POOL,
                                          'volume': 'u_disk'}
     assert [c.tag for c in xml] == ['driver', 'source', 'target']
-    parsed = config.LibvirtConfigGuestVolumeDisk()
+    parsed = volume_disk.LibvirtConfigGuestVolumeDisk()
     parsed.parse_dom(xml)
-    assert (parsed.source_pool, parsed.source_volume) == (pools.DISKS_POOL,
-                                                          'u_disk')
+    assert (parsed.source_pool, parsed.source_volume) == (
+        pool_specs.DISKS_POOL, 'u_disk')
 
 
 @pytest.mark.parametrize('preallocate,expected', [(False, 0),
@@ -152,7 +160,7 @@ def test_copies_are_sparse_unless_preallocated(sp, tmp_path, preallocate,
                                                expected):
     """libvirt allocates a volume's whole capacity up front unless its XML
     says otherwise (a 10 GiB copy then needs 10 GiB free at once)."""
-    _, disks = pools.default_specs(str(tmp_path))
+    _, disks = pool_specs.default_specs(str(tmp_path))
     pool = sp.ensure(disks)
     src = sp.create_cow(pool, 'src', '/t', 'raw', 1 << 20)
     vol = sp.copy(pool, 'copy', src, 'qcow2', 'raw', 1 << 30,
@@ -164,12 +172,12 @@ def test_copies_are_sparse_unless_preallocated(sp, tmp_path, preallocate,
 def test_an_iso_file_is_a_raw_volume_to_qemu(sp, tmp_path):
     """A dir pool calls an ISO 9660 file (an ISO image's template) 'iso':
     raw to QEMU, as Nova's inspector names it, not a format mismatch."""
-    _, disks = pools.default_specs(str(tmp_path))
+    _, disks = pool_specs.default_specs(str(tmp_path))
     pool = sp.ensure(disks)
     iso = pool.createXML(
         "<volume><name>img</name><capacity>1048576</capacity>"
         "<target><format type='iso'/></target></volume>", 0)
-    assert pools.volume_format(iso) == 'raw'
+    assert pool_specs.volume_format(iso) == 'raw'
     vol = sp.copy(pool, 'copy', iso, 'raw', 'raw', 1 << 20)
     assert vol.name() == 'copy'
 

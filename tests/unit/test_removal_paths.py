@@ -17,7 +17,7 @@ from tests.unit.test_driver import make_driver  # noqa: F401 - fixture
 
 @pytest.mark.parametrize('sysmeta,failing', [
     ({'imgtype_backend': 'qcow2', 'imgtype_storage': 'pools'},
-     '_delete_pool_volumes'),
+     '_disks.delete_pool_volumes'),
     ({'imgtype_backend': 'lvm', 'imgtype_storage': 'legacy'},
      '_cleanup_lvm'),
 ])
@@ -28,7 +28,9 @@ def test_stock_cleanup_runs_when_our_disks_cannot_be_removed(
     error = exception.StorageUnavailable(pool='nova-disks-pool',
                                          reason='libvirtd is down')
     with mock.patch.object(STOCK, '_cleanup') as stock, \
-            mock.patch.object(drv, failing, side_effect=error):
+            mock.patch.object(
+                drv._disks if '.' in failing else drv,
+                failing.rpartition('.')[2], side_effect=error):
         with pytest.raises(exception.StorageUnavailable,
                            match='nova-disks-pool.*libvirtd is down'):
             drv._cleanup(None, inst, None, cleanup_instance_dir=True,
@@ -46,7 +48,7 @@ def test_pool_volumes_go_after_the_domain(make_driver):  # noqa: F811
         calls.append('stock')
 
     with mock.patch.object(STOCK, '_cleanup', side_effect=stock), \
-            mock.patch.object(drv, '_delete_pool_volumes',
+            mock.patch.object(drv._disks, 'delete_pool_volumes',
                               side_effect=lambda i: calls.append('volumes')):
         drv._cleanup(None, inst, None, cleanup_instance_disks=True)
         drv._cleanup(None, inst, None, cleanup_instance_disks=False)

@@ -22,6 +22,27 @@ def test_extents_are_where_the_data_is(tmp_path):
     assert found[1][0] <= 8 * MiB < 9 * MiB <= found[1][1] <= 16 * MiB
 
 
+def test_sections_walk_the_file_as_sparse_send_all_does(tmp_path):
+    """libvirt's sparseSendAll asks for the section at the offset, then
+    reads or skips it: the walk covers the file once, its data as data."""
+    path = tmp_path / 'f'
+    sparse_file(path, 16 * MiB, [(MiB, b'a' * MiB), (8 * MiB, b'b' * MiB)])
+    walked = []
+    with open(path, 'rb') as f:
+        fd = f.fileno()
+        while True:
+            in_data, length = sparse.section(fd, 16 * MiB)
+            if length == 0:
+                break
+            assert os.lseek(fd, 0, os.SEEK_CUR) == sum(n for _d, n in walked)
+            walked.append((in_data, length))
+            os.lseek(fd, length, os.SEEK_CUR)
+    assert sum(n for _d, n in walked) == 16 * MiB
+    data = [n for d, n in walked if d]
+    assert MiB * 2 <= sum(data) < 16 * MiB      # blocks around the data
+    assert walked[0][0] is False and walked[-1][0] is False
+
+
 def test_copy_data_copies_what_is_there_and_writes_no_hole(tmp_path):
     src, dst = tmp_path / 'src', tmp_path / 'dst'
     sparse_file(src, 32 * MiB, [(0, b'head'), (20 * MiB, os.urandom(MiB))])

@@ -21,6 +21,7 @@ import pytest
 from nova import exception as nova_exception
 from nova import objects
 
+from nova_imgtype.virt.libvirt import cold_move
 from tests.unit.test_driver import STOCK
 from tests.unit.test_driver import _instance
 from tests.unit.test_driver import _placement_traits
@@ -54,7 +55,7 @@ def test_an_instance_without_a_record_moves_as_in_stock(
     drv = make_driver(images_type='qcow2')
     inst = _instance()
     with _placement_traits(*STOCK_TRAITS) as client, \
-            mock.patch.object(drv, '_migrate_files',
+            mock.patch.object(cold_move.ColdMove, 'send_files',
                               return_value='[]') as moved:
         drv.migrate_disk_and_power_off(None, inst, '192.0.2.2', None, None)
     moved.assert_called_once()

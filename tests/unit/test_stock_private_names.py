@@ -16,6 +16,7 @@ import pathlib
 import pytest
 
 import nova_imgtype
+import nova_imgtype_testing
 
 #: ``module:Class.attr`` or ``module:attr``.
 STOCK_PRIVATE = {
@@ -80,8 +81,10 @@ STOCK_PRIVATE_BY_HAND = {
     'nova.tests.fixtures.glance:GlanceFixture._imagedata',
 }
 
-#: The sources read.
-_SRC = pathlib.Path(nova_imgtype.__file__).parent
+#: The sources read: the package, and the tools of the source tree (the
+#: demo's and the tests' harness).
+_SRC = [pathlib.Path(nova_imgtype.__file__).parent,
+        pathlib.Path(nova_imgtype_testing.__file__).parent]
 
 
 def _resolve(entry):
@@ -127,9 +130,12 @@ def _touched():
     """Private stock names our sources reference, as STOCK_PRIVATE says
     them."""
     found = set()
-    for path in sorted(_SRC.rglob('*.py')):
+    for src, path in sorted((root, path) for root in _SRC
+                            for path in root.rglob('*.py')):
+        if path.name == '__main__.py':
+            continue        # runs the demo when imported
         module_name = '.'.join(
-            ('nova_imgtype',) + path.relative_to(_SRC).with_suffix('').parts)
+            (src.name,) + path.relative_to(src).with_suffix('').parts)
         if module_name.endswith('.__init__'):
             module_name = module_name[:-len('.__init__')]
         tree = ast.parse(path.read_text())
@@ -140,6 +146,8 @@ def _touched():
                     and isinstance(node.value, ast.Name)
                     and node.value.id in aliases):
                 found.add('%s:%s' % (aliases[node.value.id], node.attr))
+        if module_name == _STEPS:
+            found |= _steps_touched(tree)
         module = importlib.import_module(module_name)
         for node in ast.walk(tree):
             if not isinstance(node, ast.ClassDef):
@@ -154,6 +162,11 @@ def _touched():
                 if (isinstance(sub, ast.Attribute) and
                         isinstance(sub.value, (ast.Name, ast.Call))):
                     names.add(sub.attr)
+            for sub in node.body:
+                # A class attribute replacing stock's (a descriptor).
+                if isinstance(sub, ast.Assign):
+                    names.update(t.id for t in sub.targets
+                                 if isinstance(t, ast.Name))
             for name in names:
                 if not name.startswith('_') or name.startswith('__'):
                     continue
@@ -163,6 +176,40 @@ def _touched():
                                                 base.__qualname__, name))
                         break
     return found
+
+
+#: Stock's private driver steps, called on the driver (``self._driver``).
+_STEPS = 'nova_imgtype.stock.driver_steps'
+
+
+def _steps_touched(tree):
+    """The private names of stock's driver that :mod:`driver_steps`
+    reaches through ``self._driver``."""
+    from nova.virt.libvirt import driver as stock_driver
+
+    found = set()
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and node.attr.startswith('_')
+                and not node.attr.startswith('__')
+                and isinstance(node.value, ast.Attribute)
+                and node.value.attr == '_driver'):
+            cls = stock_driver.LibvirtDriver
+            assert node.attr in vars(cls) or _sets(cls, node.attr), (
+                node.attr)
+            found.add('nova.virt.libvirt.driver:LibvirtDriver.%s'
+                      % node.attr)
+    return found
+
+
+def test_stock_steps_are_read():
+    """driver_steps' names are collected (its methods are no subclass
+    of stock's driver)."""
+    import nova_imgtype.stock.driver_steps as steps
+
+    found = _steps_touched(ast.parse(inspect.getsource(steps)))
+    assert 'nova.virt.libvirt.driver:LibvirtDriver._create_snapshot_metadata' \
+        in found
+    assert 'nova.virt.libvirt.driver:LibvirtDriver._host' in found
 
 
 def _sets(cls, name):

@@ -20,10 +20,10 @@ from nova import utils as nova_utils
 from nova.virt import images
 
 from nova_imgtype import exception as imgtype_exception
-from nova_imgtype.testing import glance as glance_data
 from nova_imgtype.virt.libvirt import template_handlers
 from nova_imgtype.virt.libvirt.template_handlers import downloading
 from nova_imgtype.virt.libvirt.template_handlers import volume_linking
+from nova_imgtype_testing import glance as glance_data
 
 IMAGE_ID = 'c8b1a2e4-4a8e-4d1e-9f39-6a8d4e0c1b11'
 VOLUME_ID = '3f1e8a52-9b0d-4c6e-8f1a-2d7b5c9e0a44'

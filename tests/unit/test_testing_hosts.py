@@ -1,6 +1,6 @@
 """The functional tier's separate-storage fixture keeps computes apart.
 
-:class:`nova_imgtype.testing.hosts.SeparateHosts` is what makes the
+:class:`nova_imgtype_testing.hosts.SeparateHosts` is what makes the
 multi-host functional tests (``tests/functional/test_separate_storage.py``)
 run on storage that is not shared; if it leaked, those tests would pass on
 shared storage again. Real mount namespaces (the tests run as root).
@@ -16,7 +16,7 @@ import nova.conf
 import testtools
 from nova.tests import fixtures as nova_fixtures
 
-from nova_imgtype.testing import hosts
+from nova_imgtype_testing import hosts
 
 try:  # Nova 34
     from nova.thread_pool_factory import spawn

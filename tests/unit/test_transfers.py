@@ -1,4 +1,4 @@
-"""driver_transfers: which remote filesystem a cold move uses, thread by
+"""ColdMove: which remote filesystem a cold move uses, thread by
 thread (Nova 34's nova-compute runs each request in a native thread).
 
 Stock's ``migrate_disk_and_power_off`` is a stand-in that records what it
@@ -14,18 +14,14 @@ from nova import objects
 from nova.virt.libvirt import utils as libvirt_utils
 from nova.virt.libvirt.volume import remotefs
 
-from nova_imgtype import compat
+from nova_imgtype.virt.libvirt import cold_move
 from nova_imgtype.virt.libvirt import remote_storage
+from nova_imgtype_testing import drivers
 from tests.unit.test_driver import STOCK
 from tests.unit.test_driver import _instance
 from tests.unit.test_driver import make_driver  # noqa: F401 - fixture
 
-
-def _moving(drv, inst, dest):
-    """The call of ``migrate_disk_and_power_off`` the helpers forward to
-    stock."""
-    return compat.driver('migrate_disk_and_power_off', drv,
-                         (None, inst, dest, None, None, None, 0, 0), {})
+REACH = mock.patch.object(cold_move.ColdMove, 'reach_destination')
 
 
 def test_a_move_in_one_thread_leaves_other_threads_on_stocks_remotefs(
@@ -44,13 +40,13 @@ def test_a_move_in_one_thread_leaves_other_threads_on_stocks_remotefs(
     inst = _instance()
     inst.flavor = objects.Flavor(extra_specs={})
     with mock.patch.object(STOCK, 'migrate_disk_and_power_off', stock), \
-            mock.patch.object(drv, '_reach_destination'), \
+            REACH, \
             mock.patch.object(drv, '_is_path_shared_with',
                               return_value=True), \
             mock.patch.object(objects.Instance, 'image_meta',
                               objects.ImageMeta.from_dict({})):
-        mover = threading.Thread(target=drv._migrate_files, args=(
-            _moving(drv, inst, 'dest'), inst, 'dest'))
+        mover = threading.Thread(target=drivers.send_files,
+                                 args=(drv, inst, 'dest'))
         mover.start()
         assert inside.wait(10)
         # Another request, in another thread, while the move runs.
@@ -77,11 +73,11 @@ def test_a_vtpm_instance_moves_the_stock_way(make_driver):  # noqa: F811
         return '[{"path": "/x/disk"}]'
 
     with mock.patch.object(STOCK, 'migrate_disk_and_power_off', stock), \
-            mock.patch.object(drv, '_reach_destination') as reach, \
+            REACH as reach, \
             mock.patch.object(objects.Instance, 'image_meta',
                               objects.ImageMeta.from_dict({})):
-        assert drv._migrate_files(_moving(drv, inst, 'dest'), inst,
-                                  'dest') == '[{"path": "/x/disk"}]'
+        assert drivers.send_files(drv, inst, 'dest') == \
+            '[{"path": "/x/disk"}]'
     # Stock's SSH copies its TPM state; nothing of the libvirt path ran.
     assert isinstance(seen['remotefs'], remotefs.RemoteFilesystem)
     reach.assert_not_called()
@@ -102,14 +98,14 @@ def test_a_refused_move_removes_the_directory_it_made_there(
     inst_base = libvirt_utils.get_instance_path(inst)
     with mock.patch.object(STOCK, 'migrate_disk_and_power_off',
                            _refused_by_stock), \
-            mock.patch.object(drv, '_reach_destination',
-                              return_value=made), \
+            mock.patch.object(cold_move.ColdMove, 'reach_destination',
+                              lambda move: setattr(move, 'made', made)), \
             mock.patch.object(remote_storage.LibvirtRemoteFilesystem,
                               'remove_dir') as remove_dir, \
             mock.patch.object(objects.Instance, 'image_meta',
                               objects.ImageMeta.from_dict({})):
         with pytest.raises(nova_exception.InstanceFaultRollback):
-            drv._migrate_files(_moving(drv, inst, 'dest'), inst, 'dest')
+            drivers.send_files(drv, inst, 'dest')
     if made:
         remove_dir.assert_called_once_with('dest', inst_base)
     else:

@@ -15,28 +15,24 @@ as stock makes it on every other host.
 it: never read from its bytes (a vfat config drive is the guest's to
 write). Stock deletes the file it made once it has imported it on an rbd
 host, whatever the backend it imported it into; the import into this
-backend keeps a second link to it, which :func:`kept` puts back once
-stock's step is over.
+backend keeps a second link to it, which the driver puts back once
+stock's step is over (:mod:`nova_imgtype.stock.config_drive_link`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import Iterator
 from typing import Any
 
 import nova.conf
 from oslo_log import log as logging
 
 from nova_imgtype import compat
+from nova_imgtype.stock import config_drive_link
 from nova_imgtype.virt.libvirt import flat
 
 CONF = nova.conf.CONF
 LOG = logging.getLogger(__name__)
-
-#: The name of the second link to a config drive stock is about to delete.
-KEPT_SUFFIX = '.imgtype-kept'
 
 _IMPORT = 'nova.virt.libvirt.imagebackend:Image.import_file'
 
@@ -51,32 +47,11 @@ class LocalConfigDrive(flat.Flat):
     def import_file(self, *args: Any, **kwargs: Any) -> None:
         """The drive stock made at ``local_file`` is this disk: nothing is
         copied (as stock's file backends). On an rbd host stock deletes
-        ``local_file`` next: a second link keeps it for :func:`kept`."""
+        ``local_file`` next: a second link keeps it
+        (:mod:`nova_imgtype.stock.config_drive_link`)."""
         local_file: str = compat.called(_IMPORT, self, args,
                                         kwargs)['local_file']
         if (CONF.libvirt.images_type != 'rbd' or
                 os.path.realpath(local_file) != os.path.realpath(self.path)):
             return
-        kept_path = self.path + KEPT_SUFFIX
-        if os.path.lexists(kept_path):
-            os.unlink(kept_path)
-        os.link(local_file, kept_path)
-
-
-@contextlib.contextmanager
-def kept(path: str) -> Iterator[None]:
-    """Around stock's ``_create_configdrive`` of the drive ``path``: the
-    drive :meth:`LocalConfigDrive.import_file` kept is put back at
-    ``path`` once stock has deleted it (and the second link removed when
-    stock did not), whatever stock's step ended in."""
-    try:
-        yield
-    finally:
-        kept_path = path + KEPT_SUFFIX
-        if os.path.lexists(kept_path):
-            if os.path.exists(path):
-                os.unlink(kept_path)
-            else:
-                os.rename(kept_path, path)
-                LOG.debug('Config drive %s kept a file of the instance',
-                          path)
+        config_drive_link.keep(local_file, self.path)

@@ -12,59 +12,58 @@ for something that belongs to one instance.
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
 from nova import context as nova_context
 from nova import exception as nova_exception
 from nova import objects
-from nova import utils
-from nova.compute import vm_states
-from nova.i18n import _
-from nova.virt import driver as virt_driver
 from nova.virt.libvirt import driver as libvirt_driver
 from nova.virt.libvirt import utils as libvirt_utils
 from oslo_config import cfg
 from oslo_log import log as logging
+from oslo_serialization import jsonutils
 
 import nova_imgtype.conf
 from nova_imgtype import compat
 from nova_imgtype import exception
-from nova_imgtype import record as record_mod
-from nova_imgtype import traits
-from nova_imgtype.virt.libvirt import backends
-from nova_imgtype.virt.libvirt import config_drive
-from nova_imgtype.virt.libvirt import driver_images
-from nova_imgtype.virt.libvirt import driver_live
-from nova_imgtype.virt.libvirt import driver_moves
-from nova_imgtype.virt.libvirt import driver_pools
+from nova_imgtype.stock import after_power_off
+from nova_imgtype.stock import config_drive_link
+from nova_imgtype.stock import driver_steps
+from nova_imgtype.stock import remote_filesystem
+from nova_imgtype.stock import withheld_disks
+from nova_imgtype.virt.libvirt import cold_moves
+from nova_imgtype.virt.libvirt import host_traits
 from nova_imgtype.virt.libvirt import imagebackend
 from nova_imgtype.virt.libvirt import imagecache
-from nova_imgtype.virt.libvirt import mapping as mapping_mod
+from nova_imgtype.virt.libvirt import instance_disks
+from nova_imgtype.virt.libvirt import instance_record
+from nova_imgtype.virt.libvirt import live_moves
+from nova_imgtype.virt.libvirt import pool_snapshots
+from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import pools as pools_mod
 from nova_imgtype.virt.libvirt import resolver as resolver_mod
+from nova_imgtype.virt.libvirt import template_cache
 from nova_imgtype.virt.libvirt import template_handlers
 
 LOG = logging.getLogger(__name__)
 
-#: The image the instance's disks were last made from: what a refused
-#: rebuild puts back (the API has already replaced ``image_ref``).
-SYSMETA_IMAGE = record_mod.IMAGE
 CONF: cfg.ConfigOpts = nova_imgtype.conf.CONF
 
 
-class LibvirtDriver(driver_images.Images, driver_live.LiveMigration,
-                    driver_moves.ColdMoves, driver_pools.PoolDisks,
-                    libvirt_driver.LibvirtDriver):
+class LibvirtDriver(libvirt_driver.LibvirtDriver):
     """Libvirt driver whose image backend is a property of the instance.
 
-    Made of parts, one module per concern, each overriding the stock
-    methods of its concern: this module (host, lifecycle, cleanup),
-    :mod:`.driver_images` (image cache, snapshots), :mod:`.driver_live`
-    (live migration), :mod:`.driver_moves` (resize, cold migration),
-    :mod:`.driver_transfers` (what cold moves send through the
-    destination's libvirtd) and :mod:`.driver_pools` (disks on storage
-    pools).
+    Its overrides are thin: each asks one of its collaborators, built
+    here, and forwards to stock: the instance's record
+    (:class:`.InstanceRecord`), the instances' disks on this host's pools
+    (:class:`.InstanceDisks`), the image cache's templates
+    (:class:`.TemplateCache`), snapshots of volumes
+    (:class:`.PoolSnapshots`), live and cold moves (:class:`.LiveMoves`,
+    :class:`.ColdMoves`) and what the host reports (:class:`.HostTraits`).
+    Where it steers stock's own code, it does so through one of the
+    adapters of :mod:`nova_imgtype.stock`.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -85,39 +84,38 @@ class LibvirtDriver(driver_images.Images, driver_live.LiveMigration,
                 exception.TemplateImageHandlerLoadFailed) as e:
             LOG.error('Refusing to start: %s', e)
             raise
-        # For backends that cannot take linked templates (_handler_for).
+        # For backends that cannot take linked templates
+        # (TemplateCache.handler_for).
         self._downloading_handler = template_handlers.load('downloading')
         self._pools = pools_mod.StoragePools(self._storage_connection)
         self.image_backend = imagebackend.Backend(
-            CONF.use_cow_images, self._resolver, CONF, pools=self._pools)
+            CONF.use_cow_images, self._resolver.decision_for, CONF,
+            pools=self._pools)
+        self._disks = instance_disks.InstanceDisks(
+            self._resolver, self._pools, self.image_backend, CONF)
         self.image_cache_manager = imagecache.ImageCacheManager(
-            self._pool_backing_paths, self._template_handler)
-        #: Instances whose disks this host made for a live migration
-        #: arriving here (pre_live_migration), until it ends: this host's
-        #: own knowledge, which no save of the instance elsewhere drops.
-        self._arrivals: dict[str, resolver_mod.BackendDecision] = {}
-        self._update_image_type_capabilities()
+            self._disks.pool_backing_paths, self._template_handler)
+        self._stock_steps = driver_steps.StockSteps(self)
+        self._live = live_moves.LiveMoves(self._resolver, self._disks,
+                                          self._stock_steps, CONF)
+        self._templates = template_cache.TemplateCache(
+            self._resolver, self.image_backend, self._pools,
+            self._template_handler, self._downloading_handler, CONF,
+            stock=self._stock_steps)
+        self._snapshots = pool_snapshots.PoolSnapshots(
+            self._resolver, self.image_backend, self._stock_steps, CONF)
+        self._cold = cold_moves.ColdMoves(self._resolver, self._disks,
+                                          self._stock_steps, CONF)
+        self._record = instance_record.InstanceRecord(
+            self._resolver, self._disks, self._image_api, CONF)
+        self._host_traits = host_traits.HostTraits(self._resolver, CONF)
+        self.capabilities.update(self._host_traits.image_type_capabilities())
         if mapping:
             LOG.info('Image backends per image format: %s; other formats '
                      'use images_type=%s', mapping,
                      self._resolver.default_backend())
 
     # -- host ---------------------------------------------------------------
-
-    def _update_image_type_capabilities(self) -> None:
-        """Report image-format capabilities that follow the mapping, and
-        decide our custom traits, from the config nova-compute started
-        with (as stock's capabilities are)."""
-        supported = self._resolver.supported_formats()
-        for fmt in mapping_mod.SOURCE_FORMATS:
-            key = 'supports_image_type_%s' % fmt
-            if key in virt_driver.CAPABILITY_TRAITS_MAP:
-                self.capabilities[key] = fmt in supported
-        excluded = set(CONF.compute.image_type_exclude_list)
-        self._custom_traits = frozenset(
-            {traits.backend_trait(b) for b in self.served_backends()} |
-            {traits.native_trait(f) for f in self._resolver.native_formats()
-             if f not in excluded})
 
     def init_host(self, *args: Any, **kwargs: Any) -> None:
         host: str = compat.driver('init_host', self, args, kwargs)['host']
@@ -134,7 +132,7 @@ class LibvirtDriver(driver_images.Images, driver_live.LiveMigration,
         if CONF.libvirt.use_storage_pools:
             # Found again when they exist; a conflicting definition is an
             # error that stops nova-compute, never a silent redefinition.
-            for spec in pools_mod.host_specs(
+            for spec in pool_specs.host_specs(
                     CONF, self._resolver.pool_backends()):
                 self._pools.ensure(spec)
             self._log_legacy_instances(host)
@@ -143,10 +141,10 @@ class LibvirtDriver(driver_images.Images, driver_live.LiveMigration,
         context = nova_context.get_admin_context()
         instances = list(objects.InstanceList.get_by_host(
             context, host, expected_attrs=['system_metadata']))
-        self._finish_interrupted_moves(instances)
-        self._record_pool_locations(instances)
+        self._disks.finish_interrupted_moves(instances)
+        self._disks.record_pool_locations(instances)
         legacy = [inst.uuid for inst in instances
-                  if self._can_move_to_pools(inst)]
+                  if self._disks.can_move_to_pools(inst)]
         if legacy:
             LOG.warning('%d instance(s) on this host still use legacy image '
                         'files; they move into the storage pools on their '
@@ -157,91 +155,29 @@ class LibvirtDriver(driver_images.Images, driver_live.LiveMigration,
 
     def served_backends(self) -> list[str]:
         """Every registered backend this host can serve."""
-        return [name for name in backends.names()
-                if backends.host_support_error(name, CONF) is None]
+        return self._host_traits.served_backends()
 
     def update_provider_tree(self, *args: Any, **kwargs: Any) -> None:
         call = compat.driver('update_provider_tree', self, args, kwargs)
-        provider_tree: Any = call['provider_tree']
-        nodename: str = call['nodename']
         super().update_provider_tree(*args, **kwargs)
         # COMPUTE_IMAGE_TYPE_* follow self.capabilities (the resource
-        # tracker adds and removes them); our custom ones are set here,
-        # stale ones (after a config change) removed.
-        wanted = set(self._custom_traits)
-        stale = {t for t in provider_tree.data(nodename).traits
-                 if traits.ours(t, traits.BACKEND_PREFIX) or
-                 traits.ours(t, traits.NATIVE_PREFIX)} - wanted
-        if stale:
-            provider_tree.remove_traits(nodename, *stale)
-        provider_tree.add_traits(nodename, *wanted)
+        # tracker adds and removes them); our custom ones are set here.
+        self._host_traits.update(call['provider_tree'], call['nodename'])
 
     # -- instance lifecycle ---------------------------------------------------
 
     def prepare_for_spawn(self, *args: Any, **kwargs: Any) -> None:
-        """Record a build's backend for the image's disk_format, which the
-        compute manager saves with the instance next, before ``spawn``:
-        ``spawn`` then saves it again only if it decided otherwise (the
-        root disk is a volume)."""
-        instance: objects.Instance = compat.driver(
-            'prepare_for_spawn', self, args, kwargs)['instance']
-        if instance.vm_state == vm_states.BUILDING:
-            image_meta = instance.image_meta
-            self._record_build(instance, (
-                image_meta.disk_format if instance.image_ref and
-                image_meta.obj_attr_is_set('disk_format') else None))
+        """A build's backend, recorded for the image's disk_format; the
+        compute manager saves it with the instance before ``spawn``."""
+        self._record.before_prepare(compat.driver(
+            'prepare_for_spawn', self, args, kwargs)['instance'])
         super().prepare_for_spawn(*args, **kwargs)
-
-    def _record_build(self, instance: objects.Instance,
-                      disk_format: str | None
-                      ) -> resolver_mod.BackendDecision:
-        """The resolver's decision for a build of ``disk_format`` on this
-        host, recorded in the instance (not saved)."""
-        decision = self._resolver.decide(disk_format)
-        self._resolver.record(instance, decision)
-        record_mod.set_value(instance, SYSMETA_IMAGE, instance.image_ref)
-        return decision
 
     def spawn(self, *args: Any, **kwargs: Any) -> None:
         call = compat.driver('spawn', self, args, kwargs)
-        instance: objects.Instance = call['instance']
-        image_meta: objects.ImageMeta = call['image_meta']
-        # A build (the first host's, or a reschedule's) decides on this
-        # host; a rebuild, evacuation or unshelve keeps the record.
-        if (self._resolver.recorded(instance) is None or
-                instance.vm_state == vm_states.BUILDING):
-            booted_from_volume = self._is_booted_from_volume(
-                call['block_device_info'])
-            disk_format = (None if booted_from_volume
-                           else image_meta.obj_attr_is_set('disk_format') and
-                           image_meta.disk_format or None)
-            decision = self._record_build(instance, disk_format)
-            # Saved before any disk is made; a build whose record
-            # prepare_for_spawn made and the manager saved has nothing new.
-            if 'system_metadata' in instance.obj_what_changed():
-                instance.save()
-            LOG.info('Image backend %(backend)s chosen for disk_format '
-                     '%(fmt)s (native formats: %(native)s)',
-                     {'backend': decision.backend, 'fmt': disk_format,
-                      'native': ','.join(decision.native_formats) or '-'},
-                     instance=instance)
-        else:
-            # Rebuild, evacuate, unshelve: the recorded backend stays.
-            if instance.vm_state == vm_states.SHELVED_OFFLOADED:
-                self._restore_storage_on_unshelve(instance)
-            self._resolver.ensure_served(instance, CONF.host)
-            self._use_this_hosts_pool(instance)
-            # The config drive is made anew here: where the record says, or
-            # for an instance recorded before it said, as a build's is.
-            decision = self._resolver.decision_for(instance)
-            if not decision.config_drive:
-                made = self._resolver.with_config_drive(decision)
-                if made.config_drive:
-                    record_mod.set_value(instance, record_mod.CONFIG_DRIVE,
-                                         made.config_drive)
-                    instance.save()
-            # Saved by the compute manager once the disks are made.
-            record_mod.set_value(instance, SYSMETA_IMAGE, instance.image_ref)
+        self._record.before_spawn(
+            call['instance'], call['image_meta'],
+            self._is_booted_from_volume(call['block_device_info']))
         super().spawn(*args, **kwargs)
 
     def _on_shared_block_storage(self, instance: objects.Instance) -> bool:
@@ -260,92 +196,19 @@ class LibvirtDriver(driver_images.Images, driver_live.LiveMigration,
         path = os.path.join(libvirt_utils.get_instance_path(instance),
                             'disk.config.rescue' if call['rescue']
                             else 'disk.config')
-        with config_drive.kept(path):
+        with config_drive_link.kept(path):
             super()._create_configdrive(*args, **kwargs)
 
     def rebuild(self, *args: Any, **kwargs: Any) -> None:
-        """Refuse a rebuild to an image this host cannot use, or of an
-        instance whose recorded storage it does not serve, before the old
-        disk is touched; otherwise stock's rebuild (destroy, spawn).
-
-        Nova schedules no rebuild through request filters, so this is where
-        an image of a format the host does not support (by its traits) is
-        stopped. The instance stays as it was, with a fault naming the
-        format.
-        """
+        """Refuse a rebuild this host cannot do before the old disk is
+        touched (:meth:`.InstanceRecord.check_rebuild`); otherwise stock's
+        rebuild (destroy, spawn), which the compute manager runs when the
+        driver's is not implemented."""
         call = compat.driver('rebuild', self, args, kwargs)
-        image_meta: Any = call['image_meta']
-        disk_format = (image_meta.disk_format
-                       if image_meta.obj_attr_is_set('disk_format') else None)
-        # (reimage_boot_volume comes True from newer API microversions
-        # whatever the root disk is: the root disk decides.)
-        if disk_format and not self._is_booted_from_volume(
-                call['block_device_info']):
-            supported = self._resolver.supported_formats() - set(
-                CONF.compute.image_type_exclude_list)
-            if disk_format not in supported:
-                self._put_back_image(call['context'], call['instance'])
-                raise nova_exception.InstanceFaultRollback(
-                    nova_exception.ImageUnacceptable(
-                        image_id=image_meta.id if image_meta.obj_attr_is_set(
-                            'id') else '',
-                        reason=_('host %(host)s cannot use disk_format '
-                                 '%(fmt)s (it can use: %(ok)s)') % {
-                            'host': CONF.host, 'fmt': disk_format,
-                            'ok': ', '.join(sorted(supported))}))
-        # Stock's rebuild destroys the disks before it spawns, and spawn
-        # refuses an instance whose recorded storage this host no longer
-        # serves (use_storage_pools turned off, an unserved backend): so
-        # it is refused here, before anything is destroyed.
-        try:
-            self._resolver.ensure_served(call['instance'], CONF.host)
-        except exception.BackendNotServedByHost as e:
-            self._put_back_image(call['context'], call['instance'])
-            raise nova_exception.InstanceFaultRollback(e) from e
+        self._record.check_rebuild(
+            call['context'], call['instance'], call['image_meta'],
+            self._is_booted_from_volume(call['block_device_info']))
         raise NotImplementedError()
-
-    def _put_back_image(self, context: Any,
-                        instance: objects.Instance) -> None:
-        """Give a refused rebuild its image back.
-
-        The API saved the new image (``image_ref``, the ``image_*`` system
-        metadata) before the rebuild reached this host; stock's conductor
-        puts them back only on its own NoValidHost. Left so, every later
-        move would be scheduled for the refused image's format.
-        """
-        orig = record_mod.get_value(instance, SYSMETA_IMAGE)
-        if not orig or orig == instance.image_ref:
-            return
-        try:
-            image = self._image_api.get(context, orig)
-        except nova_exception.ImageNotFound:
-            LOG.warning('Image %s of the refused rebuild is gone: only the '
-                        'image_ref is put back', orig, instance=instance)
-        else:
-            for key in [k for k in instance.system_metadata
-                        if k.startswith(utils.SM_IMAGE_PROP_PREFIX)]:
-                del instance.system_metadata[key]
-            instance.system_metadata.update(
-                utils.get_system_metadata_from_image(image, instance.flavor))
-            instance.system_metadata['image_base_image_ref'] = orig
-        instance.image_ref = orig
-        instance.save()
-
-    def _restore_storage_on_unshelve(self,
-                                     instance: objects.Instance) -> None:
-        """Unshelve makes the disks anew: they go where this host keeps
-        new disks of the instance's backend (a legacy instance moves into
-        the pools, a pool instance on a host without pools gets files)."""
-        decision = self._resolver.decision_for(instance)
-        new = self._resolver.made_anew(decision)
-        if new == decision:
-            return
-        self._resolver.record(instance, new)
-        instance.save()
-        LOG.info('Unshelved disks of backend %(backend)s are made as '
-                 '%(storage)s storage (were %(was)s)',
-                 {'backend': decision.backend, 'storage': new.storage,
-                  'was': decision.storage}, instance=instance)
 
     def _cleanup(self, *args: Any, **kwargs: Any) -> None:
         call = compat.driver('_cleanup', self, args, kwargs)
@@ -386,7 +249,7 @@ class LibvirtDriver(driver_images.Images, driver_live.LiveMigration,
             super()._cleanup(*args, **kwargs)
         if cleanup_instance_disks and decision.storage == resolver_mod.POOLS:
             # The domain is gone: nothing uses the volumes any more.
-            self._delete_pool_volumes(instance)
+            self._disks.delete_pool_volumes(instance)
         if failed is not None:
             raise failed
 
@@ -396,25 +259,255 @@ class LibvirtDriver(driver_images.Images, driver_live.LiveMigration,
         return self._host.get_connection()
 
     def _cleanup_resize(self, *args: Any, **kwargs: Any) -> None:
+        """Stock's, for the instance's backend: stock removes the resize
+        snapshot of a root disk whose backend clones (its Rbd, and a
+        volume of an rbd pool)."""
         instance: objects.Instance = compat.driver(
             '_cleanup_resize', self, args, kwargs)['instance']
         with self.image_backend.scope(instance):
             super()._cleanup_resize(*args, **kwargs)
-        if self._resolver.decision_for(instance).storage == \
-                resolver_mod.POOLS:
-            # Stock removes the resize snapshot of a root disk whose
-            # backend clones (its Rbd); a root volume on an rbd pool takes
-            # one too (a no-op on other pools).
-            root = self.image_backend.by_name(instance, 'disk')
-            if root.exists():
-                root.remove_snap(libvirt_utils.RESIZE_SNAPSHOT_NAME,
-                                 ignore_errors=True)
 
     def instance_on_disk(self, *args: Any, **kwargs: Any) -> bool:
         instance: objects.Instance = compat.driver(
             'instance_on_disk', self, args, kwargs)['instance']
         with self.image_backend.scope(instance):
             return super().instance_on_disk(*args, **kwargs)
+
+    # -- images -----------------------------------------------------------
+
+    def _try_fetch_image_cache(self, *args: Any, **kwargs: Any) -> None:
+        """Stock's image cache step, fetching the template
+        :meth:`.TemplateCache.fetch_plan` names, with its handler."""
+        call = compat.driver('_try_fetch_image_cache', self, args, kwargs)
+        if call['fetch_func'] is not libvirt_utils.fetch_image:
+            # Kernel, ramdisk (fetch_raw_image), made-up templates
+            # (ephemeral, swap) and a disk stock clones from Glance's copy
+            # in its Ceph cluster (an rbd volume: RbdStorage.clone, with
+            # stock's download as its fallback) stay stock's.
+            return super()._try_fetch_image_cache(*args, **kwargs)
+        fetch_func, filename = self._templates.fetch_plan(
+            type(call['image']), call['context'], call['filename'],
+            call['image_id'], call['instance'])
+        args, kwargs = call.replaced(fetch_func=fetch_func,
+                                     filename=filename)
+        super()._try_fetch_image_cache(*args, **kwargs)
+
+    def _rebase_original_qcow2_image(self, *args: Any,
+                                     **kwargs: Any) -> None:
+        """Onto this host's native template of the original image
+        (:meth:`.TemplateCache.rebase_onto_native`), else stock's."""
+        call = compat.driver('_rebase_original_qcow2_image', self, args,
+                             kwargs)
+        if not self._templates.rebase_onto_native(
+                call['context'], call['instance'], call['backend']):
+            super()._rebase_original_qcow2_image(*args, **kwargs)
+
+    def _get_guest_xml(self, *args: Any, **kwargs: Any) -> Any:
+        """Stock's guest XML, once the linked template the instance's
+        qcow2 root disk reads through is checked again."""
+        self._templates.check_linked_root_template(
+            compat.driver('_get_guest_xml', self, args, kwargs)['instance'])
+        return super()._get_guest_xml(*args, **kwargs)
+
+    def cache_image(self, *args: Any, **kwargs: Any) -> bool:
+        """Pre-cache the template a new instance of the image would use
+        (:meth:`.TemplateCache.cache`), not stock's ``<sha1>``."""
+        call = compat.driver('cache_image', self, args, kwargs)
+        return self._templates.cache(call['context'], call['image_id'])
+
+    def manage_image_cache(self, *args: Any, **kwargs: Any) -> None:
+        """Stock's image cache pass, then the templates of rbd pools that
+        nothing uses any more."""
+        super().manage_image_cache(*args, **kwargs)
+        self._templates.remove_unused_rbd_templates()
+
+    def snapshot(self, *args: Any, **kwargs: Any) -> None:
+        """Stock's, but for a root disk on a volume
+        (:class:`.PoolSnapshots`)."""
+        call = compat.driver('snapshot', self, args, kwargs)
+        instance: objects.Instance = call['instance']
+        if not self._snapshots.applies(instance):
+            return super().snapshot(*args, **kwargs)
+        self._snapshots.take(call['context'], instance, call['image_id'],
+                             call['update_task_state'])
+        return None
+
+    # -- live migration -----------------------------------------------------
+
+    def check_can_live_migrate_destination(self, *args: Any,
+                                           **kwargs: Any) -> Any:
+        instance: objects.Instance = compat.driver(
+            'check_can_live_migrate_destination', self, args,
+            kwargs)['instance']
+        image_type = self._live.check_destination(instance)
+        data = super().check_can_live_migrate_destination(*args, **kwargs)
+        # The source compares this with its instance's backend.
+        data.image_type = image_type
+        return data
+
+    def _is_shared_block_storage(self, *args: Any, **kwargs: Any) -> bool:
+        call = compat.driver('_is_shared_block_storage', self, args, kwargs)
+        instance: objects.Instance = call['instance']
+        with self.image_backend.scope(instance):
+            if self._live.shares_block_storage(
+                    instance, call['dest_check_data'],
+                    self.image_backend.backend().is_shared_block_storage):
+                return True
+            return super()._is_shared_block_storage(*args, **kwargs)
+
+    def check_can_live_migrate_source(self, *args: Any,
+                                      **kwargs: Any) -> Any:
+        call = compat.driver('check_can_live_migrate_source', self, args,
+                             kwargs)
+        self._live.check_source(call['context'], call['instance'])
+        return super().check_can_live_migrate_source(*args, **kwargs)
+
+    def get_instance_disk_info(self, *args: Any, **kwargs: Any) -> Any:
+        """Stock's file disks, and the instance's volumes (stock skips
+        ``<disk type='volume'>``): what a live block migration copies."""
+        instance: objects.Instance = compat.driver(
+            'get_instance_disk_info', self, args, kwargs)['instance']
+        info = jsonutils.loads(super().get_instance_disk_info(
+            *args, **kwargs))
+        return jsonutils.dumps(info + self._live.volume_disk_info(instance))
+
+    def _live_migration_copy_disk_paths(self, *args: Any,
+                                        **kwargs: Any) -> Any:
+        call = compat.driver('_live_migration_copy_disk_paths', self, args,
+                             kwargs)
+        paths, names = super()._live_migration_copy_disk_paths(
+            *args, **kwargs)
+        return self._live.add_copy_paths(call['instance'], call['guest'],
+                                         paths, names)
+
+    def pre_live_migration(self, *args: Any, **kwargs: Any) -> Any:
+        """Stock's, making the arriving disks where this host keeps them
+        (:meth:`.LiveMoves.arrive`)."""
+        call = compat.driver('pre_live_migration', self, args, kwargs)
+
+        def stock(disk_info: str | None) -> Any:
+            args, kwargs = call.replaced(disk_info=disk_info)
+            return super(LibvirtDriver, self).pre_live_migration(
+                *args, **kwargs)
+
+        return self._live.arrive(call['instance'], call['migrate_data'],
+                                 call['disk_info'], stock)
+
+    def _live_migration_operation(self, *args: Any, **kwargs: Any) -> Any:
+        call = compat.driver('_live_migration_operation', self, args, kwargs)
+        guest = self._live.guest_for_destination(
+            call['context'], call['instance'], call['dest'],
+            call['migrate_data'], call['guest'])
+        args, kwargs = call.replaced(guest=guest)
+        return super()._live_migration_operation(*args, **kwargs)
+
+    def rollback_live_migration_at_destination(self, *args: Any,
+                                               **kwargs: Any) -> Any:
+        call = compat.driver('rollback_live_migration_at_destination', self,
+                             args, kwargs)
+        return self._live.roll_back(
+            call['context'], call['instance'],
+            lambda: super(LibvirtDriver, self)
+            .rollback_live_migration_at_destination(*args, **kwargs))
+
+    def post_live_migration_at_destination(self, *args: Any,
+                                           **kwargs: Any) -> Any:
+        call = compat.driver('post_live_migration_at_destination', self,
+                             args, kwargs)
+        self._live.record_here(call['context'], call['instance'],
+                               call['block_migration'])
+        return super().post_live_migration_at_destination(*args, **kwargs)
+
+    # -- cold moves ---------------------------------------------------------
+
+    def migrate_disk_and_power_off(self, *args: Any, **kwargs: Any) -> Any:
+        """Stock's, checked first, its disks sent through the
+        destination's libvirtd (:meth:`.ColdMoves.migrate`)."""
+        call = compat.driver('migrate_disk_and_power_off', self, args,
+                             kwargs)
+        return self._cold.migrate(
+            call['context'], call['instance'], call['dest'],
+            self._is_booted_from_volume(call['block_device_info']),
+            functools.partial(super().migrate_disk_and_power_off, *args,
+                              **kwargs))
+
+    def finish_migration(self, *args: Any, **kwargs: Any) -> None:
+        """Stock's, once the arrived disks are recorded where they are
+        here (:meth:`.ColdMoves.finish`)."""
+        call = compat.driver('finish_migration', self, args, kwargs)
+        disk_info = self._cold.finish(
+            call['instance'], call['disk_info'],
+            self._is_booted_from_volume(call['block_device_info']))
+        args, kwargs = call.replaced(disk_info=disk_info)
+        super().finish_migration(*args, **kwargs)
+
+    def finish_revert_migration(self, *args: Any, **kwargs: Any) -> None:
+        """Stock's, once the disks kept in ``<instance>_resize`` are back
+        (:meth:`.ColdMoves.revert`)."""
+        self._cold.revert(compat.driver(
+            'finish_revert_migration', self, args, kwargs)['instance'])
+        super().finish_revert_migration(*args, **kwargs)
+
+    def power_off(self, *args: Any, **kwargs: Any) -> None:
+        super().power_off(*args, **kwargs)
+        # Stock's cold move of a pool instance, the guest just stopped.
+        after_power_off.fire()
+
+    def _get_instance_disk_info(self, *args: Any, **kwargs: Any) -> Any:
+        instance: objects.Instance = compat.driver(
+            '_get_instance_disk_info', self, args, kwargs)['instance']
+        info = super()._get_instance_disk_info(*args, **kwargs)
+        if withheld_disks.active():
+            # A move through libvirt (ColdMove.send_files): copied there.
+            return withheld_disks.answer(info)
+        if remote_filesystem.current() is None:
+            return info
+        # During the move of a pool instance: its volumes named by path (a
+        # guest live-migrated here, until its next start) are copied by
+        # ColdMove.send_pool_disks, through libvirt, not by stock.
+        return [i for i in info if not os.path.basename(
+            i['path']).startswith(instance.uuid + '_')]
+
+    #: The destination's libvirtd during a cold move in this thread
+    #: (:mod:`.remote_storage`), stock's (SSH or rsync) otherwise.
+    _remotefs = remote_filesystem.RemoteFilesystemAttribute()
+
+    # -- disks on pools -----------------------------------------------------
+
+    def delete_instance_files(self, *args: Any, **kwargs: Any) -> bool:
+        instance: objects.Instance = compat.driver(
+            'delete_instance_files', self, args, kwargs)['instance']
+        done = super().delete_instance_files(*args, **kwargs)
+        # Stock removes the instance directory of a deleted instance (its
+        # pending deletes, a move that failed on this host); its volumes in
+        # this host's dir pool are files of this host as much, and go too.
+        return self._disks.delete_dir_volumes(instance) and done
+
+    def _hard_reboot(self, *args: Any, **kwargs: Any) -> Any:
+        call = compat.driver('_hard_reboot', self, args, kwargs)
+        instance: objects.Instance = call['instance']
+        if self._disks.can_move_to_pools(instance) and \
+                not self._is_booted_from_volume(call['block_device_info']):
+            # Stop the guest before its files move; stock's own destroy
+            # that follows finds it stopped.
+            self._destroy(instance)
+            self._disks.move_to_pools(instance)
+        return super()._hard_reboot(*args, **kwargs)
+
+    def unrescue(self, *args: Any, **kwargs: Any) -> None:
+        instance: objects.Instance = compat.driver(
+            'unrescue', self, args, kwargs)['instance']
+        super().unrescue(*args, **kwargs)
+        self._disks.delete_rescue_disks(instance)
+
+    def _get_guest_config(self, *args: Any, **kwargs: Any) -> Any:
+        instance: objects.Instance = compat.driver(
+            '_get_guest_config', self, args, kwargs)['instance']
+        guest = super()._get_guest_config(*args, **kwargs)
+        if self._resolver.decision_for(instance).storage == \
+                resolver_mod.POOLS:
+            self._disks.point_at_kernel_volumes(instance, guest)
+        return guest
 
     # -- moves --------------------------------------------------------------
 

@@ -2,8 +2,9 @@
 
 Stock :class:`nova.virt.libvirt.imagebackend.Backend` builds every disk with
 the host-wide ``[libvirt]images_type``. This subclass finds backend classes in
-the ``nova_imgtype.image_backends`` namespace and asks the resolver which
-backend an instance's disks are on.
+the ``nova_imgtype.image_backends`` namespace and asks the instance's
+record (the resolver's ``decision_for``, which the driver hands it) which
+backend an instance's disks are on: it decides nothing itself.
 
 Stock driver code sometimes asks ``backend()`` with no instance at hand (for
 example ``SUPPORTS_CLONE`` before removing a resize snapshot, or
@@ -16,8 +17,8 @@ and every eventlet greenthread has its own context).
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import os
+from collections.abc import Callable
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,15 +29,13 @@ from oslo_config import cfg
 from nova_imgtype import compat
 from nova_imgtype import exception
 from nova_imgtype import record as record_mod
+from nova_imgtype.stock import backend_scope
 from nova_imgtype.virt.libvirt import backends
 from nova_imgtype.virt.libvirt import config_drive
+from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import pools as pools_mod
-from nova_imgtype.virt.libvirt import resolver as resolver_mod
 from nova_imgtype.virt.libvirt import storage
 from nova_imgtype.virt.libvirt import storage_rbd
-
-_SCOPED_INSTANCE: contextvars.ContextVar[objects.Instance | None] = (
-    contextvars.ContextVar('nova_imgtype_scoped_instance', default=None))
 
 # Disks whose type stock Nova chooses by itself, whatever the instance's
 # backend: kernel and ramdisk are raw, config drives follow
@@ -49,41 +48,43 @@ _CONFIG_DISK = 'disk.config'
 
 _STOCK = 'nova.virt.libvirt.imagebackend:Backend.'
 
+#: What the instance's record says its disks are (the resolver's
+#: ``decision_for``).
+DecisionFor = Callable[[objects.Instance], record_mod.BackendDecision]
+
 
 class Backend(imagebackend.Backend):
     """Image backend factory resolving each instance's own backend."""
 
-    def __init__(self, use_cow: bool, resolver: resolver_mod.BackendResolver,
+    def __init__(self, use_cow: bool, decision_for: DecisionFor,
                  conf: cfg.ConfigOpts,
                  pools: pools_mod.StoragePools | None = None) -> None:
         super().__init__(use_cow)
-        self._resolver = resolver
+        self._decision_for = decision_for
         self._conf = conf
         self.pools = pools
 
     @contextlib.contextmanager
     def scope(self, instance: objects.Instance) -> Iterator[None]:
-        """Make ``backend()`` without a type mean this instance's backend."""
-        token = _SCOPED_INSTANCE.set(instance)
-        try:
+        """Make ``backend()`` without a type mean this instance's backend
+        (:mod:`nova_imgtype.stock.backend_scope`)."""
+        with backend_scope.scoped(instance):
             yield
-        finally:
-            _SCOPED_INSTANCE.reset(token)
 
     def backend(self, *args: Any, **kwargs: Any) -> Any:
         image_type: str | None = compat.called(
             _STOCK + 'backend', self, args, kwargs)['image_type']
         if not image_type:
-            scoped = _SCOPED_INSTANCE.get()
+            scoped = backend_scope.current()
             if scoped is not None:
-                return self.class_for(self._resolver.decision_for(scoped))
+                return self.class_for(self._decision_for(scoped))
             image_type = self._conf.libvirt.images_type
         return backends.get_class(
             backends.resolve_name(image_type, self._conf.use_cow_images))
 
-    def class_for(self, decision: resolver_mod.BackendDecision) -> Any:
+    def class_for(self, decision: record_mod.BackendDecision) -> Any:
         """The image backend class of an instance's root disk."""
-        if decision.storage == resolver_mod.POOLS:
+        if decision.storage == record_mod.POOLS:
             return self._storage_class(decision.pool)
         return backends.get_class(backends.resolve_name(
             decision.backend, self._conf.use_cow_images))
@@ -99,9 +100,11 @@ class Backend(imagebackend.Backend):
             return storage.LibvirtStorage
         try:
             kind = self.pools.definition(self.pools.get(pool)).type
-        except exception.StorageException:
+        except (exception.PoolNotFound, exception.PoolInactive):
+            # Not here (a libvirt that does not answer raises: nothing is
+            # known of the pool, least of all that it is not shared).
             return (storage_rbd.RbdStorage
-                    if pools_mod.is_shared_location(pool)
+                    if pool_specs.is_shared_location(pool)
                     else storage.LibvirtStorage)
         return storage_rbd.RbdStorage if kind == 'rbd' else (
             storage.LibvirtStorage)
@@ -123,13 +126,13 @@ class Backend(imagebackend.Backend):
         name: str = call['name']
         image_type: str | None = call['image_type']
         disk_info_mapping = call['disk_info_mapping']
-        decision = self._resolver.decision_for(instance)
+        decision = self._decision_for(instance)
         if self._follows_instance(name, image_type):
-            if decision.storage == resolver_mod.POOLS:
+            if decision.storage == record_mod.POOLS:
                 return self._volume(instance, name, disk_info_mapping,
                                     decision)
             image_type = decision.backend
-        elif decision.storage == resolver_mod.POOLS:
+        elif decision.storage == record_mod.POOLS:
             if self._raw_volume_on_pool(name, decision.pool):
                 return self._volume(instance, name, disk_info_mapping,
                                     decision)
@@ -143,7 +146,7 @@ class Backend(imagebackend.Backend):
 
     def _volume(self, instance: objects.Instance, name: str,
                 disk_info_mapping: Any,
-                decision: resolver_mod.BackendDecision
+                decision: record_mod.BackendDecision
                 ) -> storage.LibvirtStorage:
         """Disk ``name`` of a pool instance: a volume of its pool, in the
         format its record gives that disk."""
@@ -159,12 +162,12 @@ class Backend(imagebackend.Backend):
         if base.startswith(_CONFIG_DISK):
             return True
         if base.startswith(('kernel', 'ramdisk')) and self.pools is not None:
-            return pools_mod.pool_type(self.pools.get(pool)) == 'dir'
+            return pool_specs.pool_type(self.pools.get(pool)) == 'dir'
         return False
 
     @staticmethod
     def _local_config_drive(name: str, image_type: str | None,
-                            decision: resolver_mod.BackendDecision) -> bool:
+                            decision: record_mod.BackendDecision) -> bool:
         """Whether a disk of an instance that is not on pools is its
         config drive as a raw file: wherever stock makes it a file, and on
         an rbd host when the record says so (stock's choice, in Ceph, for
@@ -180,5 +183,5 @@ class Backend(imagebackend.Backend):
         path: str = call['path']
         image_type: str | None = call['image_type']
         if not image_type:
-            image_type = self._resolver.backend_for(instance)
+            image_type = self._decision_for(instance).backend
         return self.backend(image_type)(instance=instance, path=path)

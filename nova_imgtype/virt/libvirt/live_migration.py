@@ -15,8 +15,8 @@ holds what is independent of a driver:
 - :func:`arriving_disk_info`: the source's disk info, renamed as the
   destination's disks;
 - :func:`destination_xml`: the guest XML with those disks at the
-  destination's volumes or files;
-- :class:`RetargetedGuest`: a guest whose ``migrate`` sends that XML.
+  destination's volumes or files, which
+  :class:`nova_imgtype.stock.migration_xml.RetargetedGuest` gives stock.
 
 The formats never change: a qcow2 overlay stays a qcow2 overlay on the same
 template, a raw disk stays raw.
@@ -28,14 +28,13 @@ import contextlib
 import dataclasses
 import os
 import stat
-from collections.abc import Callable
 from collections.abc import Iterator
 from typing import Any
 
 from lxml import etree
 
-from nova_imgtype.virt.libvirt import pools as pools_mod
-from nova_imgtype.virt.libvirt import resolver as resolver_mod
+from nova_imgtype import record as record_mod
+from nova_imgtype.virt.libvirt import pool_specs
 
 #: The name of an instance's config drive.
 CONFIG_DRIVE = 'disk.config'
@@ -124,8 +123,8 @@ def destination_path(instance_uuid: str, disk: LocalDisk, storage: str,
     """Where the destination made ``disk``: the file
     ``<directory>/<name>`` of a host without pools, the volume
     ``<directory>/{uuid}_{name}`` of its dir pool."""
-    return os.path.join(directory, pools_mod.volume_name(
-        instance_uuid, disk.name) if storage == resolver_mod.POOLS
+    return os.path.join(directory, pool_specs.volume_name(
+        instance_uuid, disk.name) if storage == record_mod.POOLS
         else disk.name)
 
 
@@ -210,22 +209,3 @@ def _source_index(dev: Any) -> int:
         if child.tag == 'driver':
             return i + 1
     return 0
-
-
-class RetargetedGuest:
-    """A :class:`nova.virt.libvirt.guest.Guest` whose ``migrate`` sends
-    ``rewrite(xml)`` as the destination XML; everything else is the
-    guest's own."""
-
-    def __init__(self, guest: Any, rewrite: Callable[[str], str]) -> None:
-        self._guest = guest
-        self._rewrite = rewrite
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._guest, name)
-
-    def migrate(self, *args: Any, **kwargs: Any) -> Any:
-        xml = kwargs.get('destination_xml') or self._guest.get_xml_desc(
-            dump_migratable=True)
-        kwargs['destination_xml'] = self._rewrite(xml)
-        return self._guest.migrate(*args, **kwargs)

@@ -97,7 +97,7 @@ def adopt(pool: Any, instance: Any, instance_dir: str,
                     pool=pool.name(), volume=os.path.basename(dest))
             os.rename(src, dest)
             moved.append((src, dest))
-        pool.refresh(0)
+        pool_specs.refresh(pool)
     except Exception:
         with excutils.save_and_reraise_exception():
             for src, dest in reversed(moved):
@@ -121,7 +121,7 @@ def stage_out(pool: Any, instance: Any, directory: str,
             for name in moved:
                 os.rename(os.path.join(directory, name),
                           os.path.join(pool_dir, name))
-    pool.refresh(0)
+    pool_specs.refresh(pool)
     LOG.debug('Moved volumes %s out of storage pool %s into %s',
               ', '.join(moved), pool.name(), directory, instance=instance)
     return moved
@@ -136,7 +136,7 @@ def stage_in(pool: Any, instance: Any, directory: str,
         src = os.path.join(directory, name)
         if os.path.exists(src):
             os.rename(src, os.path.join(pool_dir, name))
-    pool.refresh(0)
+    pool_specs.refresh(pool)
     LOG.info('Volumes %s are back in storage pool %s', ', '.join(names),
              pool.name(), instance=instance)
 

@@ -9,9 +9,12 @@ import configparser
 import dataclasses
 import os
 import re
+import time
 from collections.abc import Iterable
 from typing import Any
 from xml.etree import ElementTree
+
+import libvirt
 
 BASE_POOL = 'nova-base-images-pool'
 DISKS_POOL = 'nova-disks-pool'
@@ -291,3 +294,39 @@ def _volume_xml(name: str, fmt: str, capacity: int,
         ElementTree.SubElement(store, 'path').text = backing[0]
         ElementTree.SubElement(store, 'format', type=backing[1])
     return ElementTree.tostring(vol, encoding='unicode')
+
+
+#: How long a refresh waits for libvirt's other jobs in the pool (a volume
+#: another request is building or copying) before it gives up.
+REFRESH_WAIT = 300.0
+
+
+def refresh(pool: Any, wait: float = REFRESH_WAIT) -> None:
+    """Read the pool's volumes again (``virStoragePoolRefresh``).
+
+    libvirt refuses to refresh a pool while it builds or copies a volume
+    of it (``createXMLFrom``: an RBD clone, a dir pool copy): "pool ... has
+    asynchronous jobs running". That is another request's work, not a
+    failure of this one: the refresh is tried again, less and less often,
+    until it goes through or ``wait`` seconds have passed.
+
+    :raises libvirtError: another refusal, or jobs still running after
+        ``wait`` seconds.
+    """
+    deadline = time.monotonic() + wait
+    delay = 0.05
+    while True:
+        try:
+            pool.refresh(0)
+            return
+        except libvirt.libvirtError as e:
+            if (ASYNC_JOBS not in str(e) or
+                    time.monotonic() + delay > deadline):
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 2.0)
+
+
+#: What libvirt says when it refuses a refresh during a volume job (its
+#: daemons run in the C locale, as systemd starts them).
+ASYNC_JOBS = 'has asynchronous jobs running'

@@ -36,42 +36,15 @@ from oslo_log import log as logging
 from nova_imgtype import exception
 from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import sparse
-from nova_imgtype.virt.libvirt.pool_specs import BASE_POOL as BASE_POOL
-from nova_imgtype.virt.libvirt.pool_specs import DISKS_POOL as DISKS_POOL
-from nova_imgtype.virt.libvirt.pool_specs import POOL_TYPES as POOL_TYPES
-from nova_imgtype.virt.libvirt.pool_specs import (
-    RBD_TEMPLATE_PREFIX as RBD_TEMPLATE_PREFIX,
-)
-from nova_imgtype.virt.libvirt.pool_specs import Connection as Connection
-from nova_imgtype.virt.libvirt.pool_specs import Pool as Pool
-from nova_imgtype.virt.libvirt.pool_specs import PoolSpec as PoolSpec
-from nova_imgtype.virt.libvirt.pool_specs import Volume as Volume
-from nova_imgtype.virt.libvirt.pool_specs import _volume_xml as _volume_xml
-from nova_imgtype.virt.libvirt.pool_specs import ceph_monitors as ceph_monitors
-from nova_imgtype.virt.libvirt.pool_specs import default_specs as default_specs
-from nova_imgtype.virt.libvirt.pool_specs import (
-    dir_disks_location as dir_disks_location,
-)
-from nova_imgtype.virt.libvirt.pool_specs import (
-    disks_pool_name as disks_pool_name,
-)
-from nova_imgtype.virt.libvirt.pool_specs import (
-    disks_pool_spec as disks_pool_spec,
-)
-from nova_imgtype.virt.libvirt.pool_specs import host_specs as host_specs
-from nova_imgtype.virt.libvirt.pool_specs import (
-    is_shared_location as is_shared_location,
-)
-from nova_imgtype.virt.libvirt.pool_specs import location_key as location_key
-from nova_imgtype.virt.libvirt.pool_specs import pool_source as pool_source
-from nova_imgtype.virt.libvirt.pool_specs import pool_target as pool_target
-from nova_imgtype.virt.libvirt.pool_specs import pool_type as pool_type
-from nova_imgtype.virt.libvirt.pool_specs import volume_format as volume_format
-from nova_imgtype.virt.libvirt.pool_specs import volume_name as volume_name
-from nova_imgtype.virt.libvirt.pool_specs import volume_path as volume_path
-
-# The pools' names and definitions are pool_specs' (no libvirt call), and
-# are used through this module as well.
+from nova_imgtype.virt.libvirt.pool_specs import Connection
+from nova_imgtype.virt.libvirt.pool_specs import Pool
+from nova_imgtype.virt.libvirt.pool_specs import PoolSpec
+from nova_imgtype.virt.libvirt.pool_specs import Volume
+from nova_imgtype.virt.libvirt.pool_specs import _volume_xml
+from nova_imgtype.virt.libvirt.pool_specs import location_key
+from nova_imgtype.virt.libvirt.pool_specs import pool_source
+from nova_imgtype.virt.libvirt.pool_specs import pool_type
+from nova_imgtype.virt.libvirt.pool_specs import volume_format
 
 LOG = logging.getLogger(__name__)
 
@@ -242,7 +215,7 @@ class StoragePools:
 
     def refresh(self, name: str) -> None:
         """Make libvirt see files added to the pool's directory by hand."""
-        self.get(name).refresh(0)
+        pool_specs.refresh(self.get(name))
 
     # -- volumes ------------------------------------------------------------
 
@@ -375,7 +348,7 @@ class StoragePools:
         :param uploader: who uploads (the host); the caller holds a lock on
             ``name`` among this uploader's processes.
         """
-        pool.refresh(0)
+        pool_specs.refresh(pool)
         found = self.find_volume(pool, name)
         if found is not None:
             return found
@@ -398,7 +371,7 @@ class StoragePools:
                                  name, *cli)
         except (processutils.ProcessExecutionError, OSError,
                 nova_exception.NovaException) as e:
-            pool.refresh(0)
+            pool_specs.refresh(pool)
             half = self.find_volume(pool, part)
             if half is not None:
                 half.delete(0)
@@ -410,7 +383,7 @@ class StoragePools:
                 return won
             raise exception.VolumeCreateFailed(
                 pool=pool.name(), volume=name, reason=str(e)) from e
-        pool.refresh(0)
+        pool_specs.refresh(pool)
         LOG.info('Uploaded template %s into storage pool %s (Ceph pool %s)',
                  name, pool.name(), ceph_pool)
         return pool.storageVolLookupByName(name)
@@ -420,13 +393,17 @@ class StoragePools:
             if vol.name().startswith(prefix):
                 yield vol
 
-    def delete_instance_volumes(self, pool: Pool,
-                                instance_uuid: str) -> list[str]:
-        """Delete every ``{instance_uuid}_*`` volume; returns their names."""
+    def delete_instance_volumes(self, pool: Pool, instance_uuid: str,
+                                suffix: str = '') -> list[str]:
+        """Delete every ``{instance_uuid}_*`` volume (ending with
+        ``suffix``); returns their names."""
         deleted = []
         for vol in list(self.volumes(pool, instance_uuid + '_')):
-            vol.delete(0)
-            deleted.append(vol.name())
+            if vol.name().endswith(suffix):
+                LOG.debug('Deleting volume %s of pool %s', vol.name(),
+                          pool.name())
+                vol.delete(0)
+                deleted.append(vol.name())
         return deleted
 
     def backing_paths(self, pool: Pool) -> set[str]:

@@ -224,9 +224,9 @@ def _pool_at(conn: libvirt.virConnect,
             libvirt.VIR_CONNECT_LIST_STORAGE_POOLS_ACTIVE |
             libvirt.VIR_CONNECT_LIST_STORAGE_POOLS_DIR):
         if os.path.normpath(pool_specs.pool_target(pool)) == directory:
-            pool.refresh(0)
+            pool_specs.refresh(pool)
             yield pool
-            pool.refresh(0)
+            pool_specs.refresh(pool)
             return
     pool = conn.storagePoolCreateXML(_pool_xml(directory), 0)
     try:
@@ -254,28 +254,30 @@ def _write(conn: libvirt.virConnect, vol: libvirt.virStorageVol, src: str,
 
 def _send_sparse(stream: libvirt.virStream, f: Any, size: int,
                  what: str) -> None:
-    """Send the file ``f`` through ``stream``: its data extents
-    (:func:`.sparse.extents`) as data, the holes between them as holes."""
+    """Send the file ``f`` (``size`` bytes) through ``stream`` with
+    libvirt's ``virStream.sparseSendAll``: its data as data, its holes (as
+    the filesystem reports them, :func:`.sparse.section`) as holes."""
     fd = f.fileno()
-    offset = 0
-    logged = 0.0
-    for start, end in sparse.extents(fd, size) + [(size, size)]:
-        if start > offset:
-            stream.sendHole(start - offset, 0)
-            offset = start
-        os.lseek(fd, offset, os.SEEK_SET)
-        while offset < end:
-            chunk = os.read(fd, min(libvirt.virStorageVol.streamBufSize,
-                                    end - offset))
-            if not chunk:
-                raise OSError('%s: short read at %d' % (f.name, offset))
-            sent = 0
-            while sent < len(chunk):
-                sent += stream.send(chunk[sent:])
-            offset += len(chunk)
-            if size and offset / size - logged >= PROGRESS_STEP:
-                logged = offset / size
-                LOG.info('Copying to %(what)s: %(done)d of %(size)d bytes '
-                         '(%(pct)d%%)', {'what': what, 'done': offset,
-                                        'size': size,
-                                        'pct': 100 * offset // size})
+    os.lseek(fd, 0, os.SEEK_SET)
+    progress = {'logged': 0.0}
+
+    def data(_stream: libvirt.virStream, nbytes: int, _fd: int) -> bytes:
+        chunk = os.read(fd, nbytes)
+        offset = os.lseek(fd, 0, os.SEEK_CUR)
+        if nbytes and not chunk:
+            raise OSError('%s: short read at %d' % (f.name, offset))
+        if size and offset / size - progress['logged'] >= PROGRESS_STEP:
+            progress['logged'] = offset / size
+            LOG.info('Copying to %(what)s: %(done)d of %(size)d bytes '
+                     '(%(pct)d%%)', {'what': what, 'done': offset,
+                                    'size': size,
+                                    'pct': 100 * offset // size})
+        return chunk
+
+    def hole(_stream: libvirt.virStream, _fd: int) -> tuple[bool, int]:
+        return sparse.section(fd, size)
+
+    def skip(_stream: libvirt.virStream, length: int, _fd: int) -> int:
+        return os.lseek(fd, length, os.SEEK_CUR)
+
+    stream.sparseSendAll(data, hole, skip, fd)

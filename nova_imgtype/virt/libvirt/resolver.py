@@ -14,7 +14,6 @@ stock Nova: they follow ``images_type`` of the moment.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import dataclasses
 from collections.abc import Callable
 from collections.abc import Iterator
@@ -25,10 +24,10 @@ from oslo_serialization import jsonutils
 
 from nova_imgtype import exception
 from nova_imgtype import record as record_mod
+from nova_imgtype.stock import assumed_decision
 from nova_imgtype.virt.libvirt import backends
 from nova_imgtype.virt.libvirt import mapping as mapping_mod
 from nova_imgtype.virt.libvirt import pool_specs
-from nova_imgtype.virt.libvirt import pools as pools_mod
 
 SYSMETA_BACKEND = record_mod.BACKEND
 SYSMETA_NATIVE = record_mod.NATIVE
@@ -39,10 +38,10 @@ POOLS = record_mod.POOLS
 LEGACY = record_mod.LEGACY
 #: Backends that storage pools implement: dir pools for the file formats,
 #: a logical pool for lvm, an rbd pool for rbd.
-POOL_BACKENDS = frozenset(pools_mod.POOL_TYPES)
+POOL_BACKENDS = frozenset(pool_specs.POOL_TYPES)
 #: Backends whose disks are files, or volumes of a dir pool: a live block
 #: migration moves them between the two (the data are copied by libvirt).
-FILE_BACKENDS = frozenset(b for b, t in pools_mod.POOL_TYPES.items()
+FILE_BACKENDS = frozenset(b for b, t in pool_specs.POOL_TYPES.items()
                           if t == 'dir')
 #: The LibvirtStorage backend's own name: mapped, it means "this format,
 #: natively, on storage pools" whatever use_storage_pools says.
@@ -70,10 +69,6 @@ class FormatPlan:
 
 
 #: A decision assumed, in this thread, for one instance (uuid, decision).
-_ASSUMED: contextvars.ContextVar[tuple[str, BackendDecision] | None] = (
-    contextvars.ContextVar('nova_imgtype_assumed_decision', default=None))
-
-
 class BackendResolver:
     """Decides, records and looks up instances' image backends."""
 
@@ -148,7 +143,7 @@ class BackendResolver:
 
     def pool_for(self, backend: str) -> str:
         """The name of this host's disks pool implementing ``backend``."""
-        return pools_mod.disks_pool_spec(self._conf, backend).name
+        return pool_specs.disks_pool_spec(self._conf, backend).name
 
     def with_storage(self, decision: BackendDecision,
                      storage: str) -> BackendDecision:
@@ -157,10 +152,10 @@ class BackendResolver:
         if storage != POOLS:
             return dataclasses.replace(decision, storage=storage, pool='',
                                        pool_location='')
-        spec = pools_mod.disks_pool_spec(self._conf, decision.backend)
+        spec = pool_specs.disks_pool_spec(self._conf, decision.backend)
         return dataclasses.replace(
             decision, storage=storage, pool=spec.name,
-            pool_location=pools_mod.location_key(spec))
+            pool_location=pool_specs.location_key(spec))
 
     def pool_backends(self) -> list[str]:
         """Backends this host makes pool volumes for (images_type first)."""
@@ -178,9 +173,9 @@ class BackendResolver:
         ``images_type``'s and its mapping's); files otherwise, as stock
         makes them (an instance of a file backend unshelved or arriving on
         a host whose only pool is rbd)."""
-        here = {pools_mod.POOL_TYPES[b] for b in self.pool_backends()}
+        here = {pool_specs.POOL_TYPES[b] for b in self.pool_backends()}
         return (POOLS if backend in POOL_BACKENDS and
-                pools_mod.POOL_TYPES[backend] in here else LEGACY)
+                pool_specs.POOL_TYPES[backend] in here else LEGACY)
 
     def plan(self, disk_format: str) -> FormatPlan:
         """What a new instance booted from a ``disk_format`` image gets."""
@@ -242,12 +237,13 @@ class BackendResolver:
         nothing, never another pool of the same name). Within
         :meth:`assume` for this instance: the assumed decision.
         """
-        assumed = _ASSUMED.get()
-        if assumed is not None and assumed[0] == instance.uuid:
-            return assumed[1]
+        assumed: BackendDecision | None = assumed_decision.get(
+            instance.uuid)
+        if assumed is not None:
+            return assumed
         # Pool instances recorded before pool names were: nova-disks-pool.
         decision = record_mod.read(instance.system_metadata,
-                                   pools_mod.DISKS_POOL)
+                                   pool_specs.DISKS_POOL)
         if (decision is None or not decision.pool_location or
                 self._locate is None):
             return decision
@@ -273,7 +269,7 @@ class BackendResolver:
         serves them here as it serves its own.
         """
         if (decision.storage != POOLS or decision.backend != 'rbd' or
-                not pools_mod.is_shared_location(decision.pool_location) or
+                not pool_specs.is_shared_location(decision.pool_location) or
                 'rbd' in self.pool_backends()):
             return False
         if 'rbd' not in (self.default_backend(), *self.mapping.values()):
@@ -282,8 +278,8 @@ class BackendResolver:
                self._conf.libvirt.images_rbd_ceph_conf)
         here = self._rbd_locations.get(key)
         if here is None:
-            here = self._rbd_locations[key] = pools_mod.location_key(
-                pools_mod.disks_pool_spec(self._conf, 'rbd'))
+            here = self._rbd_locations[key] = pool_specs.location_key(
+                pool_specs.disks_pool_spec(self._conf, 'rbd'))
         return pool_specs.same_storage(here, decision.pool_location)
 
     @staticmethod
@@ -300,11 +296,8 @@ class BackendResolver:
         is ``decision`` (nothing is recorded): the disks a destination makes
         for an instance that is not there yet, and removes if it never
         comes."""
-        token = _ASSUMED.set((instance.uuid, decision))
-        try:
+        with assumed_decision.assumed(instance.uuid, decision):
             yield
-        finally:
-            _ASSUMED.reset(token)
 
     def arrival(self, decision: BackendDecision) -> BackendDecision:
         """Where this host makes the disks of an instance arriving by a

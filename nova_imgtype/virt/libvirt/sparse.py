@@ -44,6 +44,29 @@ def extents(fd: int, size: int) -> list[tuple[int, int]]:
     return found
 
 
+def section(fd: int, size: int) -> tuple[bool, int]:
+    """What the open file ``fd`` holds from its current offset up to
+    ``size``: ``(True, n)`` for ``n`` bytes of data, ``(False, n)`` for a
+    hole of ``n`` bytes (``(False, 0)`` at the end), as libvirt's
+    ``virStream.sparseSendAll`` asks; the offset is left where it was."""
+    cur = os.lseek(fd, 0, os.SEEK_CUR)
+    if cur >= size:
+        return False, 0
+    try:
+        start = os.lseek(fd, cur, os.SEEK_DATA)
+    except OSError as e:
+        if e.errno != errno.ENXIO:      # not a hole to the end
+            raise
+        start = size
+    finally:
+        os.lseek(fd, cur, os.SEEK_SET)
+    if start > cur:
+        return False, min(start, size) - cur
+    end = min(os.lseek(fd, cur, os.SEEK_HOLE), size)
+    os.lseek(fd, cur, os.SEEK_SET)
+    return True, end - cur
+
+
 def copy_data(src: str, dst: str) -> int:
     """Copy the data of the regular file ``src`` into the existing file
     ``dst`` at the same offsets; returns the bytes copied.

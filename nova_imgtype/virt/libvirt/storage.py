@@ -30,7 +30,8 @@ from oslo_log import log as logging
 from oslo_utils import strutils
 
 from nova_imgtype import record
-from nova_imgtype.virt.libvirt import config
+from nova_imgtype.stock import volume_disk
+from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import pools as pools_mod
 from nova_imgtype.virt.libvirt import sizes
 from nova_imgtype.virt.libvirt.template_handlers import volume_linking
@@ -66,19 +67,19 @@ class LibvirtStorage(sizes.InProcessSizes, imagebackend.Image):
                  path: str | None = None, disk_info_mapping: Any = None, *,
                  pools: pools_mod.StoragePools | None = None,
                  volume_format: str = 'qcow2',
-                 pool_name: str = pools_mod.DISKS_POOL) -> None:
+                 pool_name: str = pool_specs.DISKS_POOL) -> None:
         if pools is None:
             raise nova_exception.InternalError(
                 _('LibvirtStorage needs the host storage pools'))
         self.pools = pools
         self.volume_format = volume_format
-        self.pool_name = pool_name or pools_mod.DISKS_POOL
+        self.pool_name = pool_name or pool_specs.DISKS_POOL
         if path is not None:
             self.volume_name = os.path.basename(path)
         else:
             # Stock asks for a disk by name or, like its file backends
             # allow, by its path in the instance directory.
-            self.volume_name = pools_mod.volume_name(
+            self.volume_name = pool_specs.volume_name(
                 instance.uuid, os.path.basename(str(disk_name)))
         # Looked up once: an Image is made for an operation, as stock's
         # are; a pool's type and target do not change (read once per pool).
@@ -124,18 +125,18 @@ class LibvirtStorage(sizes.InProcessSizes, imagebackend.Image):
         self.verify_base_size(base, size)
         if self.exists():
             return
-        cache = self.pools.get(pools_mod.BASE_POOL)
+        cache = self.pools.get(pool_specs.BASE_POOL)
         name = os.path.basename(base)
         template = self.pools.find_volume(cache, name)
         if template is None:
             # The cache gained a file libvirt has not seen yet (a refresh
             # reads every template's header: only then).
-            cache.refresh(0)
+            pool_specs.refresh(cache)
             template = cache.storageVolLookupByName(name)
         if base_format is None:
             # Deep inspection off (or a template made here, ``safe``): as
             # stock, the format found in the file.
-            base_format = pools_mod.volume_format(template)
+            base_format = pool_specs.volume_format(template)
         capacity = max(size or 0, template.info()[1])
         self._make_volume(template, base, base_format, capacity)
 
@@ -199,8 +200,8 @@ class LibvirtStorage(sizes.InProcessSizes, imagebackend.Image):
             images.convert_image(self._volume().path(), target,
                                  self.volume_format, out_format)
             return
-        spec = pools_mod.PoolSpec('nova-snapshot-%s' % uuid.uuid4().hex,
-                                  'dir', os.path.dirname(target))
+        spec = pool_specs.PoolSpec('nova-snapshot-%s' % uuid.uuid4().hex,
+                                   'dir', os.path.dirname(target))
         pool = self.pools.ensure(spec, autostart=False)
         try:
             vol = self._volume()
@@ -222,13 +223,8 @@ class LibvirtStorage(sizes.InProcessSizes, imagebackend.Image):
         stock = super().libvirt_info(cache_mode, extra_specs,
                                      boot_order=boot_order,
                                      disk_unit=disk_unit)
-        disk = config.LibvirtConfigGuestVolumeDisk()
-        disk.__dict__.update(stock.__dict__)
-        disk.source_type = 'volume'
-        disk.source_path = None
-        disk.source_pool = self.pool_name
-        disk.source_volume = self.volume_name
-        return disk
+        return volume_disk.from_stock(stock, self.pool_name,
+                                      self.volume_name)
 
     @staticmethod
     def is_file_in_instance_path() -> bool:

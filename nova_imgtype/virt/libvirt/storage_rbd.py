@@ -31,6 +31,7 @@ from oslo_log import log as logging
 from oslo_serialization import jsonutils
 
 from nova_imgtype import exception
+from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import pools as pools_mod
 from nova_imgtype.virt.libvirt import storage
 
@@ -75,7 +76,7 @@ class RbdStorage(storage.LibvirtStorage):
             return
         except exception.VolumeCreateFailed:
             name = rbd_template.name()
-            disks.refresh(0)
+            pool_specs.refresh(disks)
             if self.pools.find_volume(disks, name) is not None:
                 raise
             LOG.warning('Template %s left the Ceph pool before its clone '
@@ -89,7 +90,7 @@ class RbdStorage(storage.LibvirtStorage):
         """The cached template's copy in the rbd pool: uploaded once in the
         cluster (:meth:`StoragePools.upload_rbd_template`), one upload at a
         time per host under an external lock."""
-        name = pools_mod.RBD_TEMPLATE_PREFIX + os.path.basename(base)
+        name = pool_specs.RBD_TEMPLATE_PREFIX + os.path.basename(base)
         found = self.pools.find_volume(disks, name)
         if found is not None:
             return found
@@ -148,7 +149,7 @@ class RbdStorage(storage.LibvirtStorage):
         prepare_template(*args, target=base, **kwargs)
         if self.driver.exists(self.rbd_name):
             # Cloned by stock: libvirt has not seen it yet.
-            self._pool.refresh(0)
+            pool_specs.refresh(self._pool)
             self._grow(base, size)
             return
         super().create_image(prepare_template, base, size, safe, *args,
@@ -225,7 +226,7 @@ class RbdStorage(storage.LibvirtStorage):
         disk = imagebackend.Image.libvirt_info(
             self, cache_mode, extra_specs, boot_order=boot_order,
             disk_unit=disk_unit)
-        source = pools_mod.pool_source(self.pools.get(self.pool_name))
+        source = pool_specs.pool_source(self.pools.get(self.pool_name))
         disk.source_type = 'network'
         disk.source_protocol = 'rbd'
         disk.source_path = None
@@ -273,11 +274,11 @@ def remove_unused_templates(pools: pools_mod.StoragePools, pool: Any,
     :returns: the names removed.
     """
     now = time.time() if now is None else now
-    ceph_pool = pools_mod.pool_source(pool).source
+    ceph_pool = pool_specs.pool_source(pool).source
     removed = []
-    for vol in list(pools.volumes(pool, pools_mod.RBD_TEMPLATE_PREFIX)):
+    for vol in list(pools.volumes(pool, pool_specs.RBD_TEMPLATE_PREFIX)):
         name = vol.name()
-        cached = name[len(pools_mod.RBD_TEMPLATE_PREFIX):]
+        cached = name[len(pool_specs.RBD_TEMPLATE_PREFIX):]
         if '.part-' in name or os.path.exists(os.path.join(base_dir,
                                                            cached)):
             continue
@@ -293,5 +294,5 @@ def remove_unused_templates(pools: pools_mod.StoragePools, pool: Any,
                  ceph_pool)
         removed.append(name)
     if removed:
-        pool.refresh(0)
+        pool_specs.refresh(pool)
     return removed

@@ -19,17 +19,13 @@ from nova import objects
 from nova.virt.libvirt import driver as stock_driver
 from nova.virt.libvirt import utils as libvirt_utils
 
-from nova_imgtype import compat
 from nova_imgtype.virt.libvirt import remote_storage
+from nova_imgtype_testing import drivers
 
 uri, instances_path, uuid, sysmeta, die_at = sys.argv[1:]
 drv = compute_here.driver(uri, instances_path)
 inst = objects.Instance(uuid=uuid, host='host1',
                         system_metadata=json.loads(sysmeta))
-# The call the plugin's part forwards to stock (read before stock's
-# stand-in takes its place).
-moving = compat.driver('migrate_disk_and_power_off', drv,
-                       (None, inst, 'dest-host', None, None, None, 0, 0), {})
 
 
 def die() -> None:
@@ -77,5 +73,5 @@ with mock.patch.object(stock_driver.LibvirtDriver,
         mock.patch.object(drv, '_is_path_shared_with', return_value=False), \
         mock.patch.object(stock_driver.LibvirtDriver, '_live_migration_uri',
                           staticmethod(lambda dest: uri)):
-    drv._migrate_pool_disks(moving, inst, 'dest-host', 0, 0)
+    drivers.send_pool_disks(drv, inst, 'dest-host')
 print('not killed')

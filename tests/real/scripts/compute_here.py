@@ -6,6 +6,12 @@ anything else of Nova is imported.
 """
 
 import os
+import sys
+
+# The source tree first, as for the tests that start the script: its
+# nova_imgtype_testing (never installed) and its nova_imgtype.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.dirname(os.path.abspath(__file__))))))
 
 from nova_imgtype import releases  # noqa: E402
 
@@ -24,6 +30,7 @@ from nova.virt import fake  # noqa: E402
 import nova_imgtype.conf  # noqa: E402, F401  (registers our options)
 from nova_imgtype.virt.libvirt import driver as imgtype_driver  # noqa: E402
 from nova_imgtype.virt.libvirt import pools  # noqa: E402
+from nova_imgtype_testing import drivers  # noqa: E402
 
 
 def driver(uri: str, instances_path: str) -> imgtype_driver.LibvirtDriver:
@@ -39,5 +46,5 @@ def driver(uri: str, instances_path: str) -> imgtype_driver.LibvirtDriver:
     nova_fixtures.LibvirtFixture().setUp()
     drv = imgtype_driver.LibvirtDriver(fake.FakeVirtAPI(), False)
     conn = libvirt.open(uri)
-    drv._pools = drv.image_backend.pools = pools.StoragePools(lambda: conn)
+    drivers.use_pools(drv, pools.StoragePools(lambda: conn))
     return drv

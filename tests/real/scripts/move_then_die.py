@@ -48,5 +48,5 @@ def rename(src: str, dst: str) -> None:
 
 
 os.rename = rename
-drv._move_to_pools(inst)
+drv._disks.move_to_pools(inst)
 print('not killed')

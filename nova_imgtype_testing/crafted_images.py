@@ -13,7 +13,7 @@ import json
 import os
 from collections.abc import Callable
 
-from nova_imgtype.testing import libvirtd as real
+from nova_imgtype_testing import libvirtd as real
 
 MiB = 1024 * 1024
 SIZE = 16 * MiB

@@ -2,7 +2,7 @@
 GlanceFixture, and the uploads (snapshots) a test captures.
 
 :class:`ImagesMixin` is part of
-:class:`nova_imgtype.testing.functional.ImgtypeServersTestBase`: it needs
+:class:`nova_imgtype_testing.functional.ImgtypeServersTestBase`: it needs
 the stock harness's ``glance`` fixture and ``mock_file_open``, and the
 base's ``image_files`` and ``_image_dir``. It touches no private name of
 stock Nova (``tests/unit/test_stock_private_names.py`` reads only classes

@@ -5,7 +5,7 @@
 storage, as computes of a cloud without shared storage don't:
 
 * each sees its own directory at ``CONF.instances_path``
-  (:class:`~nova_imgtype.testing.hosts.SeparateHosts`: a mount namespace per
+  (:class:`~nova_imgtype_testing.hosts.SeparateHosts`: a mount namespace per
   compute), and has its own ``host``, ``my_ip`` and options while it works,
   with no ``on_compute`` needed;
 * each has its own throwaway libvirtd (the real tier's system daemon,
@@ -27,9 +27,9 @@ from typing import Any
 import fixtures
 import libvirt
 
-from nova_imgtype.testing import functional
-from nova_imgtype.testing import hosts as hosts_mod
-from nova_imgtype.testing import libvirtd
+from nova_imgtype_testing import functional
+from nova_imgtype_testing import hosts as hosts_mod
+from nova_imgtype_testing import libvirtd
 
 
 def _close_quietly(conn: Any) -> None:
@@ -45,7 +45,7 @@ class SeparateStorageTestBase(functional.ImgtypeServersTestBase):
     Attributes a test can use, besides the base's:
 
     ``hosts``
-        the :class:`~nova_imgtype.testing.hosts.SeparateHosts` fixture:
+        the :class:`~nova_imgtype_testing.hosts.SeparateHosts` fixture:
         ``hosts.storage(host, ...)`` is where a compute's
         ``instances_path`` is seen from the test, ``hosts.running_as(host)``
         runs a block as the compute.

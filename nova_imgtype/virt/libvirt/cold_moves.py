@@ -1,9 +1,19 @@
-"""The driver's part for cold moves (resize, cold migration): the
-destination's check, pool volumes staged out of the pool and copied, and
-their return on a revert.
+"""Cold moves (resize, cold migration) of instances recorded by
+nova-imgtype.
 
-One of the parts :class:`~nova_imgtype.virt.libvirt.driver.LibvirtDriver`
-is made of.
+:class:`ColdMoves` is this host's part around stock's steps:
+
+- as the source (``migrate_disk_and_power_off``): refuse, before anything
+  is touched, a destination that cannot serve the instance's backend (or
+  runs no nova-imgtype), and an lvm instance (stock's rule, for a host
+  that is not lvm itself); then one :class:`~.cold_move.ColdMove` sends
+  the disks through the destination's libvirtd;
+- as the destination (``finish_migration``): record where the disks are
+  here before stock opens them (this host's pool of the same storage, or
+  files where it has no pools), move legacy files into the pool, and give
+  stock the disk info it must not rewrite;
+- on a revert (``finish_revert_migration``): the volumes kept in
+  ``<instance>_resize`` go back into the pool, the record with them.
 """
 
 from __future__ import annotations
@@ -19,23 +29,41 @@ from oslo_config import cfg
 from oslo_log import log as logging
 from oslo_serialization import jsonutils
 
-import nova_imgtype.conf
-from nova_imgtype import compat
 from nova_imgtype import exception
 from nova_imgtype import traits
-from nova_imgtype.virt.libvirt import driver_transfers
+from nova_imgtype.stock import disk_info_file
+from nova_imgtype.stock import driver_steps
+from nova_imgtype.virt.libvirt import cold_move
+from nova_imgtype.virt.libvirt import instance_disks
 from nova_imgtype.virt.libvirt import pool_dir as pool_dir_mod
-from nova_imgtype.virt.libvirt import pools as pools_mod
+from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import resolver as resolver_mod
 
 LOG = logging.getLogger(__name__)
-CONF: cfg.ConfigOpts = nova_imgtype.conf.CONF
 
-class ColdMoves(driver_transfers.Transfers):
-    """Resize and cold migration of instances on pools and files."""
 
-    def _check_destination_serves(self, context: Any,
-                                  instance: objects.Instance) -> bool:
+class ColdMoves:
+    """This host's part of the cold moves of recorded instances.
+
+    :param resolver: the instances' records.
+    :param disks: the instances' disks on this host's pools.
+    :param stock: stock's steps of the driver.
+    :param conf: the configuration nova-compute runs with.
+    """
+
+    def __init__(self, resolver: resolver_mod.BackendResolver,
+                 disks: instance_disks.InstanceDisks,
+                 stock: driver_steps.StockSteps,
+                 conf: cfg.ConfigOpts) -> None:
+        self._resolver = resolver
+        self._disks = disks
+        self._stock = stock
+        self._conf = conf
+
+    # -- the source -----------------------------------------------------------
+
+    def check_destination(self, context: Any,
+                          instance: objects.Instance) -> bool:
         """Refuse a cold move to a host that can't serve the backend.
 
         Asked of placement before anything is touched: the destination
@@ -49,6 +77,7 @@ class ColdMoves(driver_transfers.Transfers):
 
         :returns: False when the disks of a pool instance go to a host
             without storage pools (as files), True otherwise.
+        :raises InstanceFaultRollback: refused, saying why.
         """
         decision = self._resolver.recorded(instance)
         if decision is None or not instance.migration_context:
@@ -77,84 +106,94 @@ class ColdMoves(driver_transfers.Transfers):
                 traits.backend_trait(resolver_mod.STORAGE_BACKEND) in
                 node_traits)
 
-    def migrate_disk_and_power_off(self, *args: Any, **kwargs: Any) -> Any:
-        call = compat.driver('migrate_disk_and_power_off', self, args,
-                             kwargs)
-        instance: objects.Instance = call['instance']
-        dest: str = call['dest']
+    def migrate(self, context: Any, instance: objects.Instance, dest: str,
+                booted_from_volume: bool,
+                stock_move: cold_move.StockMove) -> str:
+        """The move from this host: checked, then stock's
+        (``stock_move``) with the disks sent through libvirt.
+
+        :returns: stock's disk info, for the destination.
+        """
         if (self._resolver.backend_for(instance) == 'lvm' and
-                not self._is_booted_from_volume(call['block_device_info'])):
+                not booted_from_volume):
             reason = _('Migration is not supported for LVM backed instances')
             raise nova_exception.InstanceFaultRollback(
                 nova_exception.MigrationPreCheckError(reason=reason))
-        dest_pools = self._check_destination_serves(call['context'],
-                                                    instance)
+        dest_pools = self.check_destination(context, instance)
         decision = self._resolver.decision_for(instance)
-        if decision.storage != resolver_mod.POOLS or pools_mod.pool_type(
-                self._pools.get(decision.pool)) != 'dir':
-            # Legacy disks, or volumes on shared storage (rbd) that the
-            # destination finds in its own pool of the same name.
-            return self._migrate_files(call, instance=instance, dest=dest)
-        return self._migrate_pool_disks(
-            call, instance=instance, dest=dest, timeout=call['timeout'],
-            retry_interval=call['retry_interval'], dest_pools=dest_pools)
+        move = cold_move.ColdMove(instance, dest, self._stock)
+        pools = self._disks.pools
+        if decision.storage != resolver_mod.POOLS:
+            return move.send_files(stock_move)
+        pool = self._disks.instance_pool(instance)
+        if pool_specs.pool_type(pool) != 'dir':
+            # Volumes on shared storage (rbd), which the destination finds
+            # in its own pool of the same storage.
+            return move.send_files(stock_move)
+        return move.send_pool_disks(stock_move, pools, pool, decision,
+                                    dest_pools=dest_pools)
 
-    def finish_migration(self, *args: Any, **kwargs: Any) -> None:
-        call = compat.driver('finish_migration', self, args, kwargs)
-        instance: objects.Instance = call['instance']
-        decision = self._resolver.decision_for(instance)
+    # -- the destination ---------------------------------------------------
+
+    def finish(self, instance: objects.Instance, disk_info: str,
+               booted_from_volume: bool) -> str:
+        """Record where the arrived disks are on this host, before stock's
+        ``finish_migration`` opens them; the disk info stock gets.
+
+        Stock rewrites raw disks listed in its disk info as qcow2 when
+        ``use_cow_images``, because it cannot tell one instance's layout
+        from the host's default. The record can: a volume's format is the
+        instance's, and so is a file's of an instance recorded on another
+        backend than qcow2. Only the disks of a qcow2 instance are left to
+        stock.
+        """
+        resolver = self._resolver
+        decision = resolver.decision_for(instance)
         if (decision.storage == resolver_mod.POOLS and
-                self._resolver.storage_for(decision.backend) !=
+                resolver.storage_for(decision.backend) !=
                 resolver_mod.POOLS):
             # No pools here: the volumes came as this backend's files
-            # (_migrate_pool_disks), and the instance keeps its backend.
-            decision = self._resolver.with_storage(decision,
-                                                   resolver_mod.LEGACY)
-            self._resolver.record(instance, decision)
+            # (ColdMove.send_pool_disks), and the instance keeps its
+            # backend.
+            decision = resolver.with_storage(decision, resolver_mod.LEGACY)
+            resolver.record(instance, decision)
             instance.save()
             LOG.info('Disks of backend %s are files on this host, which '
                      'has no storage pools for it', decision.backend,
                      instance=instance)
-        self._resolver.ensure_served(instance, CONF.host)
-        infos = jsonutils.loads(call['disk_info'])
+        resolver.ensure_served(instance, self._conf.host)
+        infos = jsonutils.loads(disk_info)
         if decision.storage == resolver_mod.POOLS:
             # This host's pool implementing the backend (the same storage:
             # the same directory, or the same Ceph pool).
-            here = self._resolver.with_storage(decision, resolver_mod.POOLS)
+            here = resolver.with_storage(decision, resolver_mod.POOLS)
             if here != decision:
-                self._resolver.record(instance, here)
+                resolver.record(instance, here)
                 instance.save()
-            # The volume files came with the migration: show them to libvirt.
-            self._instance_pool(instance).refresh(0)
-        elif (self._can_move_to_pools(instance) and
-                not self._is_booted_from_volume(call['block_device_info'])):
-            # Transition: the legacy files just copied here go into the pool
-            # before the guest starts.
-            self._move_to_pools(instance)
-        # Stock rewrites raw disks listed here as qcow2 when use_cow_images,
-        # because it cannot tell one instance's layout from the host's
-        # default. The record can: a volume's format is the instance's, and
-        # so is a file's of an instance recorded on another backend than
-        # qcow2 (its raw disks stay raw, as its guest XML and disk.info
-        # say). Only the disks of a qcow2 instance are left to stock.
-        recorded = self._resolver.recorded(instance)
+            # The volume files came with the migration: show them to
+            # libvirt.
+            pool_specs.refresh(self._disks.instance_pool(instance))
+        elif (self._disks.can_move_to_pools(instance) and
+                not booted_from_volume):
+            # Transition: the legacy files just copied here go into the
+            # pool before the guest starts.
+            self._disks.move_to_pools(instance)
+        recorded = resolver.recorded(instance)
         infos = [i for i in infos
                  if 'volume' not in i and os.path.exists(i['path']) and
                  (recorded is None or recorded.backend == 'qcow2' or
                   i.get('type') != 'raw')]
-        args, kwargs = call.replaced(disk_info=jsonutils.dumps(infos))
-        super().finish_migration(*args, **kwargs)
+        return jsonutils.dumps(infos)
 
-    def finish_revert_migration(self, *args: Any, **kwargs: Any) -> None:
-        """Put back the disks kept in ``<instance>_resize``.
+    def revert(self, instance: objects.Instance) -> None:
+        """Put back the disks kept in ``<instance>_resize``, before stock's
+        ``finish_revert_migration``.
 
         Volumes kept there go back into the pool, replacing the copies the
-        migration made (same host or shared storage); an instance that moved
-        into the pool during the migration is legacy again, its files being
-        the ones stock puts back.
+        migration made (same host or shared storage); an instance that
+        moved into the pool during the migration is legacy again, its files
+        being the ones stock puts back.
         """
-        instance: objects.Instance = compat.driver(
-            'finish_revert_migration', self, args, kwargs)['instance']
         inst_dir = libvirt_utils.get_instance_path(instance)
         backup_dir = inst_dir + '_resize'
         if not os.path.isdir(backup_dir):
@@ -162,7 +201,7 @@ class ColdMoves(driver_transfers.Transfers):
             # restarted while migrating reverts): the volumes are still
             # staged in the instance directory.
             backup_dir = inst_dir
-        driver_transfers.unhide_disk_info(backup_dir)
+        disk_info_file.recover(backup_dir)
         names = (os.listdir(backup_dir) if os.path.isdir(backup_dir)
                  else [])
         volumes = [n for n in names if n.startswith(instance.uuid + '_')]
@@ -172,7 +211,7 @@ class ColdMoves(driver_transfers.Transfers):
         if volumes:
             # Back into this host's pool: the destination recorded its own
             # (files on a host without pools, or its pool's name).
-            here = self._pools_here(decision)
+            here = self._disks.pools_here(decision)
             if here != decision:
                 decision = here
                 self._resolver.record(instance, decision)
@@ -181,12 +220,11 @@ class ColdMoves(driver_transfers.Transfers):
                 legacy and decision.storage == resolver_mod.POOLS)):
             # Copies the migration made (same host, or shared storage);
             # volumes never staged out are originals, and stay.
-            self._delete_pool_volumes(instance)
+            self._disks.delete_pool_volumes(instance)
         if volumes:
-            pool = self._instance_pool(instance)
+            pool = self._disks.instance_pool(instance)
             pool_dir_mod.stage_in(pool, instance, backup_dir, volumes)
         elif legacy and decision.storage == resolver_mod.POOLS:
             self._resolver.record(instance, self._resolver.with_storage(
                 decision, resolver_mod.LEGACY))
             instance.save()
-        super().finish_revert_migration(*args, **kwargs)

@@ -1,4 +1,6 @@
-"""Test helpers for consumers and for ``nova-imgtype demo``.
+"""Test helpers for the tests, the benchmarks, the gate and the demo
+(``python -m nova_imgtype_testing``, ``make demo``): in the source tree
+only, not in nova-imgtype's wheel (a compute node runs none of it).
 
 * :mod:`.libvirtd`: a throwaway libvirtd (system daemon in a private mount
   namespace as root, a session daemon otherwise) and real-image helpers.

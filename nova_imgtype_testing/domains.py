@@ -11,7 +11,7 @@ from xml.sax.saxutils import quoteattr
 
 import libvirt
 
-from nova_imgtype.testing.images import StrPath
+from nova_imgtype_testing.images import StrPath
 
 EMULATOR = '/usr/bin/qemu-system-x86_64'
 

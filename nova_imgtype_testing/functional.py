@@ -42,10 +42,10 @@ from nova.virt.libvirt import imagecache
 from nova.virt.libvirt import utils as libvirt_utils
 
 import nova_imgtype.conf  # noqa: F401  registers [libvirt]images_type_mapping
-from nova_imgtype.testing.functional_images import IMAGE_MARKER  # noqa: F401
-from nova_imgtype.testing.functional_images import ImagesMixin
-from nova_imgtype.testing.libvirtd import qemu_img_info  # noqa: F401 (tests)
 from nova_imgtype.virt.libvirt import driver as imgtype_driver
+from nova_imgtype_testing.functional_images import IMAGE_MARKER  # noqa: F401
+from nova_imgtype_testing.functional_images import ImagesMixin
+from nova_imgtype_testing.libvirtd import qemu_img_info  # noqa: F401 (tests)
 
 CONF = nova.conf.CONF
 
@@ -84,7 +84,7 @@ _UNMOCK = (
 )
 _REAL = {(owner, name): vars(owner)[name] for owner, name in _UNMOCK}
 assert not any(isinstance(v, mock.Mock) for v in _REAL.values()), (
-    'nova_imgtype.testing.functional imported while Nova is patched')
+    'nova_imgtype_testing.functional imported while Nova is patched')
 
 def _remove_nova_pools(conn: Any) -> None:
     """Stop and undefine every ``nova-*`` storage pool of ``conn``."""

@@ -1,4 +1,5 @@
-"""``nova-imgtype demo``: the plugin in a whole (in-process) stock Nova.
+"""The demo (``make demo``, ``python -m nova_imgtype_testing``): the plugin
+in a whole (in-process) stock Nova.
 
 Runs stock Nova 34 in one process, the way its own functional tests do: API,
 conductor, scheduler (nova-imgtype's request filter loaded through
@@ -116,16 +117,16 @@ def make_demo_case(stock: bool, rows: list[Row],
     :param libvirt_uri: the daemon holding the pools of ``node-pools``.
     """
     # Imported here: the harness pulls in Nova's test fixtures, which only
-    # ``nova-imgtype demo`` needs.
+    # the demo's run needs.
     import fixtures
     from nova import context as nova_context
     from nova import objects
     from nova.tests.functional.api import client as api_client
     from nova.virt.libvirt import driver as stock_driver
 
-    from nova_imgtype.testing import functional
-    from nova_imgtype.virt.libvirt import pools as pools_mod
+    from nova_imgtype.virt.libvirt import pool_specs
     from nova_imgtype.virt.libvirt import resolver as resolver_mod
+    from nova_imgtype_testing import functional
 
     class DemoCloud(functional.ImgtypeServersTestBase):
         if stock:
@@ -273,9 +274,9 @@ def make_demo_case(stock: bool, rows: list[Row],
         def _root_disk(self, host: str, server_id: str, storage: str) -> str:
             if storage == resolver_mod.POOLS:
                 pool = self.conn.storagePoolLookupByName(
-                    pools_mod.DISKS_POOL)
+                    pool_specs.DISKS_POOL)
                 return str(pool.storageVolLookupByName(
-                    pools_mod.volume_name(server_id, 'disk')).path())
+                    pool_specs.volume_name(server_id, 'disk')).path())
             return os.path.join(self._node_instances_path(host), server_id,
                                 'disk')
 
@@ -328,7 +329,7 @@ def collect(progress: Callable[[str], None]) -> tuple[list[Row], list[str]]:
     """
     import libvirt
 
-    from nova_imgtype.testing import libvirtd
+    from nova_imgtype_testing import libvirtd
     # libvirt's default handler prints every error (a pool looked up
     # before it is made, a socket polled before it is there) on stderr.
     libvirt.registerErrorHandler(lambda _ctx, _err: None, None)

@@ -42,20 +42,20 @@ import warnings
 
 import libvirt
 
-from nova_imgtype.testing import procs
-from nova_imgtype.testing.domains import EMULATOR as EMULATOR
-from nova_imgtype.testing.domains import destroy_domain as destroy_domain
-from nova_imgtype.testing.domains import file_disk_xml as file_disk_xml
-from nova_imgtype.testing.domains import kvm_usable as kvm_usable
-from nova_imgtype.testing.domains import start_domain as start_domain
-from nova_imgtype.testing.images import DEFAULT_PATTERN as DEFAULT_PATTERN
-from nova_imgtype.testing.images import StrPath as StrPath
-from nova_imgtype.testing.images import make_image as make_image
-from nova_imgtype.testing.images import pattern_chunks as pattern_chunks
-from nova_imgtype.testing.images import qemu_img as qemu_img
-from nova_imgtype.testing.images import qemu_img_info as qemu_img_info
-from nova_imgtype.testing.images import sha256_of_chunks as sha256_of_chunks
-from nova_imgtype.testing.images import (
+from nova_imgtype_testing import procs
+from nova_imgtype_testing.domains import EMULATOR as EMULATOR
+from nova_imgtype_testing.domains import destroy_domain as destroy_domain
+from nova_imgtype_testing.domains import file_disk_xml as file_disk_xml
+from nova_imgtype_testing.domains import kvm_usable as kvm_usable
+from nova_imgtype_testing.domains import start_domain as start_domain
+from nova_imgtype_testing.images import DEFAULT_PATTERN as DEFAULT_PATTERN
+from nova_imgtype_testing.images import StrPath as StrPath
+from nova_imgtype_testing.images import make_image as make_image
+from nova_imgtype_testing.images import pattern_chunks as pattern_chunks
+from nova_imgtype_testing.images import qemu_img as qemu_img
+from nova_imgtype_testing.images import qemu_img_info as qemu_img_info
+from nova_imgtype_testing.images import sha256_of_chunks as sha256_of_chunks
+from nova_imgtype_testing.images import (
     sha256_of_guest_data as sha256_of_guest_data,
 )
 

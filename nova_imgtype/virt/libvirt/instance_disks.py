@@ -1,10 +1,18 @@
-"""The driver's part for disks on storage pools: the instance's pool and
-its volumes, legacy instances moving into the pools (crash-safe), and the
-guest config of pool instances.
+"""An instance's disks on this host's storage pools.
 
-One of the parts :class:`~nova_imgtype.virt.libvirt.driver.LibvirtDriver`
-is made of; each is a subclass of stock's driver overriding the stock
-methods of one concern and calling the next part (``super()``).
+:class:`InstanceDisks` knows where a pool instance's disks are on this
+host and does what stock's driver cannot do for them: it finds the
+instance's pool (by the storage the record names, whatever the pool is
+called here), deletes its volumes, moves a legacy instance's files into
+its pool (crash-safe: recorded first, finished at the next start), records
+the storage of pools recorded by name only, points the guest at the
+kernel and ramdisk volumes, and tells the image cache manager which
+templates the volumes of this host's dir pool still need.
+
+It decides nothing: the instance's record (through the
+:class:`~nova_imgtype.virt.libvirt.resolver.BackendResolver`) says where
+the disks are; the storage layer (:class:`~.pools.StoragePools`,
+:mod:`.pool_dir`) does the work. The driver asks it, around stock's steps.
 """
 
 from __future__ import annotations
@@ -15,26 +23,40 @@ from typing import Any
 
 from nova import objects
 from nova.storage import rbd_utils
-from nova.virt.libvirt import driver as libvirt_driver
 from nova.virt.libvirt import utils as libvirt_utils
 from oslo_config import cfg
 from oslo_log import log as logging
 from oslo_utils import excutils
 
-import nova_imgtype.conf
-from nova_imgtype import compat
 from nova_imgtype import exception
 from nova_imgtype.virt.libvirt import pool_dir
+from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import pools as pools_mod
 from nova_imgtype.virt.libvirt import resolver as resolver_mod
 
 LOG = logging.getLogger(__name__)
-CONF: cfg.ConfigOpts = nova_imgtype.conf.CONF
 
-class PoolDisks(libvirt_driver.LibvirtDriver):
-    """Disks of an instance on a storage pool."""
 
-    def _pool_backing_paths(self) -> set[str]:
+class InstanceDisks:
+    """The disks of instances on this host's storage pools.
+
+    :param resolver: the instances' records.
+    :param pools: this host's pools (``pools`` may be replaced: a test's
+        own libvirt).
+    :param image_backend: the driver's per-instance backend factory (a
+        kernel's volume is the disk it makes).
+    :param conf: the configuration nova-compute runs with.
+    """
+
+    def __init__(self, resolver: resolver_mod.BackendResolver,
+                 pools: pools_mod.StoragePools, image_backend: Any,
+                 conf: cfg.ConfigOpts) -> None:
+        self._resolver = resolver
+        self.pools = pools
+        self._image_backend = image_backend
+        self._conf = conf
+
+    def pool_backing_paths(self) -> set[str]:
         """Templates in use by the volumes of this host's dir disks pool,
         found by its place (``<instances_path>/disks``), whatever its name
         and whatever the configuration says today: the overlays made
@@ -45,12 +67,12 @@ class PoolDisks(libvirt_driver.LibvirtDriver):
         them, libvirt unreachable) raises, so the image cache manager
         removes nothing it cannot check.
         """
-        directory = pools_mod.dir_disks_location(CONF)
+        directory = pool_specs.dir_disks_location(self._conf)
         if not pool_dir.volume_files(directory):
             # No volume there (a dir pool's volumes are its files): none
             # uses a template, and libvirt need not be asked.
             return set()
-        pool = self._pools.dir_pool_at(directory)
+        pool = self.pools.dir_pool_at(directory)
         if pool is None:
             raise exception.StorageUnavailable(
                 pool=directory,
@@ -58,57 +80,30 @@ class PoolDisks(libvirt_driver.LibvirtDriver):
                        'defined over it: their templates cannot be read')
         if not pool.isActive():
             raise exception.PoolInactive(pool=pool.name())
-        return self._pools.backing_paths(pool)
+        return self.pools.backing_paths(pool)
 
-    def _instance_pool(self, instance: objects.Instance) -> Any:
+    def instance_pool(self, instance: objects.Instance) -> Any:
         """The started disks pool of a pool instance."""
-        return self._pools.get(self._resolver.decision_for(instance).pool)
+        return self.pools.get(self._resolver.decision_for(instance).pool)
 
-    def _delete_pool_volumes(self, instance: objects.Instance,
+    def delete_pool_volumes(self, instance: objects.Instance,
                              suffix: str = '') -> None:
         """Delete the instance's volumes (ending with ``suffix``)."""
         name = self._resolver.decision_for(instance).pool
         try:
-            pool = self._pools.get(name)
+            pool = self.pools.get(name)
         except exception.PoolNotFound:
             LOG.warning('Storage pool %s is gone: no volume of the instance '
                         'to delete', name, instance=instance)
             return
-        for vol in list(self._pools.volumes(pool, instance.uuid + '_')):
-            if vol.name().endswith(suffix):
-                LOG.debug('Deleting volume %s', vol.name(),
-                          instance=instance)
-                vol.delete(0)
+        self.pools.delete_instance_volumes(pool, instance.uuid, suffix)
 
-    def delete_instance_files(self, *args: Any, **kwargs: Any) -> bool:
-        instance: objects.Instance = compat.driver(
-            'delete_instance_files', self, args, kwargs)['instance']
-        done = super().delete_instance_files(*args, **kwargs)
-        # Stock removes the instance directory of a deleted instance (its
-        # pending deletes, a move that failed on this host); its volumes in
-        # this host's dir pool are files of this host as much, and go too.
-        # Shared storage (rbd) is not touched here: the instance's own host
-        # removes its disks there when it destroys it.
-        directory = pools_mod.dir_disks_location(CONF)
-        try:
-            removed = pool_dir.remove_volumes(directory, instance)
-            if removed:
-                pool = self._pools.dir_pool_at(directory)
-                if pool is not None and pool.isActive():
-                    pool.refresh(0)
-        except Exception as e:  # noqa: BLE001 - tried again by stock's task
-            LOG.warning('Could not remove the volumes of the instance from '
-                        '%(dir)s: %(e)s', {'dir': directory, 'e': e},
-                        instance=instance)
-            return False
-        return done
-
-    def _can_move_to_pools(self, instance: objects.Instance) -> bool:
+    def can_move_to_pools(self, instance: objects.Instance) -> bool:
         decision = self._resolver.decision_for(instance)
         return (decision.storage == resolver_mod.LEGACY and
                 decision.backend in self._resolver.pool_backends())
 
-    def _move_to_pools(self, instance: objects.Instance) -> None:
+    def move_to_pools(self, instance: objects.Instance) -> None:
         """Move a stopped legacy instance's disks into its pool.
 
         Files are renamed within one filesystem (instances_path), so the
@@ -119,9 +114,9 @@ class PoolDisks(libvirt_driver.LibvirtDriver):
         """
         decision = self._resolver.decision_for(instance)
         pool_name = self._resolver.pool_for(decision.backend)
-        pool = self._pools.get(pool_name)
-        if pools_mod.pool_type(pool) != 'dir':
-            pool.refresh(0)
+        pool = self.pools.get(pool_name)
+        if pool_specs.pool_type(pool) != 'dir':
+            pool_specs.refresh(pool)
             self._resolver.record(instance, self._resolver.with_storage(
                 decision, resolver_mod.POOLS))
             instance.save()
@@ -154,7 +149,7 @@ class PoolDisks(libvirt_driver.LibvirtDriver):
         LOG.info('Moved disks %s into storage pool %s', ', '.join(names),
                  pool_name, instance=instance)
 
-    def _record_pool_locations(
+    def record_pool_locations(
             self, instances: list[objects.Instance]) -> None:
         """Record the storage (type and place) of the pool of each pool
         instance of this host recorded by an earlier release, by the pool's
@@ -170,13 +165,13 @@ class PoolDisks(libvirt_driver.LibvirtDriver):
             if (decision is None or decision.storage != resolver_mod.POOLS
                     or decision.pool_location):
                 continue
-            root = pools_mod.volume_name(inst.uuid, 'disk')
+            root = pool_specs.volume_name(inst.uuid, 'disk')
             try:
-                pool = self._pools.find_pool(decision.pool)
+                pool = self.pools.find_pool(decision.pool)
                 found = (pool is not None and pool.isActive() and
-                         self._pools.find_volume(pool, root) is not None)
-                location = (pools_mod.location_key(
-                    self._pools.definition(pool))
+                         self.pools.find_volume(pool, root) is not None)
+                location = (pool_specs.location_key(
+                    self.pools.definition(pool))
                     if found and pool is not None else '')
             except Exception as e:  # noqa: BLE001 - reported, start goes on
                 LOG.warning('Storage of pool %(pool)s not recorded: %(e)s',
@@ -195,7 +190,7 @@ class PoolDisks(libvirt_driver.LibvirtDriver):
                      {'pool': decision.pool, 'loc': location},
                      instance=inst)
 
-    def _finish_interrupted_moves(
+    def finish_interrupted_moves(
             self, instances: list[objects.Instance]) -> None:
         """Finish the moves into a dir pool that a crash interrupted: the
         record says "pools" and disk files are still in the instance
@@ -209,8 +204,8 @@ class PoolDisks(libvirt_driver.LibvirtDriver):
             if not names:
                 continue
             try:
-                pool = self._pools.get(decision.pool)
-                if pools_mod.pool_type(pool) != 'dir':
+                pool = self.pools.get(decision.pool)
+                if pool_specs.pool_type(pool) != 'dir':
                     continue
                 pool_dir.adopt(pool, inst, instance_dir, names)
             except Exception as e:  # noqa: BLE001 - reported, start goes on
@@ -226,7 +221,7 @@ class PoolDisks(libvirt_driver.LibvirtDriver):
                         {'names': ', '.join(names), 'pool': decision.pool},
                         instance=inst)
 
-    def _pools_here(self, decision: resolver_mod.BackendDecision
+    def pools_here(self, decision: resolver_mod.BackendDecision
                     ) -> resolver_mod.BackendDecision:
         """``decision`` on this host's pools: its recorded pool where this
         host has it (the record outlives a change of images_type), this
@@ -234,10 +229,10 @@ class PoolDisks(libvirt_driver.LibvirtDriver):
         host the instance comes from)."""
         if decision.storage == resolver_mod.POOLS:
             try:
-                self._pools.get(decision.pool)
+                self.pools.get(decision.pool)
                 return decision
             except exception.PoolNotFound as e:
-                if pools_mod.is_shared_location(decision.pool_location):
+                if pool_specs.is_shared_location(decision.pool_location):
                     # The disks are in a Ceph pool this host does not
                     # reach: a pool of this host is not where they are.
                     raise exception.StorageUnavailable(
@@ -247,55 +242,21 @@ class PoolDisks(libvirt_driver.LibvirtDriver):
                     ) from e
         return self._resolver.with_storage(decision, resolver_mod.POOLS)
 
-    def _use_this_hosts_pool(self, instance: objects.Instance) -> None:
+    def use_this_hosts_pool(self, instance: objects.Instance) -> None:
         """A pool instance rebuilt here (an evacuation) uses this host's
         pool; the compute manager saves the record with the rebuilt
         instance."""
         decision = self._resolver.decision_for(instance)
         if decision.storage != resolver_mod.POOLS:
             return
-        here = self._pools_here(decision)
+        here = self.pools_here(decision)
         if here != decision:
             LOG.info('Disks in storage pool %(here)s of this host (were in '
                      '%(was)s)', {'here': here.pool, 'was': decision.pool},
                      instance=instance)
             self._resolver.record(instance, here)
 
-    def _hard_reboot(self, *args: Any, **kwargs: Any) -> Any:
-        call = compat.driver('_hard_reboot', self, args, kwargs)
-        instance: objects.Instance = call['instance']
-        if self._can_move_to_pools(instance) and \
-                not self._is_booted_from_volume(call['block_device_info']):
-            # Stop the guest before its files move; stock's own destroy
-            # that follows finds it stopped.
-            self._destroy(instance)
-            self._move_to_pools(instance)
-        return super()._hard_reboot(*args, **kwargs)
-
-    def unrescue(self, *args: Any, **kwargs: Any) -> None:
-        instance: objects.Instance = compat.driver(
-            'unrescue', self, args, kwargs)['instance']
-        super().unrescue(*args, **kwargs)
-        if self._resolver.decision_for(instance).storage == \
-                resolver_mod.POOLS:
-            self._delete_pool_volumes(instance, suffix='.rescue')
-        if (self._resolver.backend_for(instance) == 'rbd' and
-                CONF.libvirt.images_type != 'rbd'):
-            uuid = instance.uuid
-            rbd_utils.RBDDriver().cleanup_volumes(
-                lambda disk: (disk.startswith(uuid) and
-                              disk.endswith('.rescue')))
-
-    def _get_guest_config(self, *args: Any, **kwargs: Any) -> Any:
-        instance: objects.Instance = compat.driver(
-            '_get_guest_config', self, args, kwargs)['instance']
-        guest = super()._get_guest_config(*args, **kwargs)
-        if self._resolver.decision_for(instance).storage == \
-                resolver_mod.POOLS:
-            self._point_at_kernel_volumes(instance, guest)
-        return guest
-
-    def _point_at_kernel_volumes(self, instance: objects.Instance,
+    def point_at_kernel_volumes(self, instance: objects.Instance,
                                  guest: Any) -> None:
         """Stock writes ``<instance dir>/kernel[.rescue]`` (and ramdisk)
         into the guest; a pool instance's kernel and ramdisk are volumes of
@@ -305,7 +266,41 @@ class PoolDisks(libvirt_driver.LibvirtDriver):
             if not path or os.path.basename(path).split('.')[0] not in (
                     'kernel', 'ramdisk'):
                 continue
-            disk = self.image_backend.by_name(
+            disk = self._image_backend.by_name(
                 instance, os.path.basename(path), 'raw')
             if not disk.is_file_in_instance_path():
                 setattr(guest, attr, disk.path)
+
+    def delete_dir_volumes(self, instance: objects.Instance) -> bool:
+        """Delete the instance's volumes in this host's dir pool (a
+        deleted instance's, a move's that failed on this host), found by
+        the pool's place whatever the record says; whether it could.
+        Shared storage (rbd) is not touched: the instance's own host
+        removes its disks there when it destroys it."""
+        directory = pool_specs.dir_disks_location(self._conf)
+        try:
+            removed = pool_dir.remove_volumes(directory, instance)
+            if removed:
+                pool = self.pools.dir_pool_at(directory)
+                if pool is not None and pool.isActive():
+                    pool_specs.refresh(pool)
+        except Exception as e:  # noqa: BLE001 - tried again by stock's task
+            LOG.warning('Could not remove the volumes of the instance from '
+                        '%(dir)s: %(e)s', {'dir': directory, 'e': e},
+                        instance=instance)
+            return False
+        return True
+
+    def delete_rescue_disks(self, instance: objects.Instance) -> None:
+        """Delete the disks a rescue made that stock's unrescue leaves: a
+        pool instance's ``.rescue`` volumes, and an rbd instance's
+        ``.rescue`` images on a host whose ``images_type`` is not rbd."""
+        if self._resolver.decision_for(instance).storage == \
+                resolver_mod.POOLS:
+            self.delete_pool_volumes(instance, suffix='.rescue')
+        if (self._resolver.backend_for(instance) == 'rbd' and
+                self._conf.libvirt.images_type != 'rbd'):
+            uuid = instance.uuid
+            rbd_utils.RBDDriver().cleanup_volumes(
+                lambda disk: (disk.startswith(uuid) and
+                              disk.endswith('.rescue')))

@@ -1,0 +1,31 @@
+"""The driver is stock's driver and thin overrides: one class, whose only
+base is stock's; every other object of the plugin that works for it is a
+collaborator, no subclass of stock's driver."""
+
+import importlib
+import inspect
+import pkgutil
+
+from nova.virt.libvirt import driver as stock_driver
+
+import nova_imgtype
+from nova_imgtype.virt.libvirt import driver as imgtype_driver
+
+
+def test_the_drivers_only_base_is_stocks():
+    assert imgtype_driver.LibvirtDriver.__bases__ == (
+        stock_driver.LibvirtDriver,)
+
+
+def test_no_other_module_subclasses_stocks_driver():
+    found = set()
+    for info in pkgutil.walk_packages(nova_imgtype.__path__,
+                                      'nova_imgtype.'):
+        if '.tempest' in info.name:
+            continue        # tempest's plugin: imports tempest
+        module = importlib.import_module(info.name)
+        for name, obj in vars(module).items():
+            if (inspect.isclass(obj) and obj.__module__ == info.name and
+                    issubclass(obj, stock_driver.LibvirtDriver)):
+                found.add('%s.%s' % (info.name, name))
+    assert found == {'nova_imgtype.virt.libvirt.driver.LibvirtDriver'}
