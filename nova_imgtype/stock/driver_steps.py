@@ -85,10 +85,6 @@ class StockSteps:
         self._driver._cleanup_remote_migration(
             dest, inst_base, inst_base_resize, shared_storage)
 
-    def is_booted_from_volume(self, block_device_info: Any) -> bool:
-        """Stock's answer: whether the root disk is a Cinder volume."""
-        return bool(self._driver._is_booted_from_volume(block_device_info))
-
     # -- templates ------------------------------------------------------------
 
     def needs_rebase_original_qcow2_image(self, instance: objects.Instance,
@@ -107,8 +103,3 @@ class StockSteps:
                              rebase_base: str | None) -> None:
         """Stock's rebase of a qcow2 disk onto ``rebase_base``."""
         self._driver._rebase_with_qemu_img(source_path, rebase_base)
-
-    @property
-    def cache_dir(self) -> str:
-        """The image cache directory of the driver's cache manager."""
-        return str(self._driver.image_cache_manager.cache_dir)

@@ -122,7 +122,6 @@ class ColdMoves:
         dest_pools = self.check_destination(context, instance)
         decision = self._resolver.decision_for(instance)
         move = cold_move.ColdMove(instance, dest, self._stock)
-        pools = self._disks.pools
         if decision.storage != resolver_mod.POOLS:
             return move.send_files(stock_move)
         pool = self._disks.instance_pool(instance)
@@ -130,8 +129,8 @@ class ColdMoves:
             # Volumes on shared storage (rbd), which the destination finds
             # in its own pool of the same storage.
             return move.send_files(stock_move)
-        return move.send_pool_disks(stock_move, pools, pool, decision,
-                                    dest_pools=dest_pools)
+        return move.send_pool_disks(stock_move, self._disks.pools, pool,
+                                    decision, dest_pools=dest_pools)
 
     # -- the destination ---------------------------------------------------
 
