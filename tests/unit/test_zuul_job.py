@@ -25,7 +25,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 FIXTURES = pathlib.Path(__file__).resolve().parent / 'fixtures'
 JOB = 'nova-imgtype-tempest-multinode'
 SELECTION = ROOT / 'gate' / 'tempest-selection.txt'
-PLUGIN_TESTS = 'nova_imgtype.tempest.tests'
+PLUGIN_TESTS = 'nova_imgtype_tempest_plugin.tests'
 #: The local.conf meta-sections stack.sh merges (merge_config_group).
 LOCAL_CONF_PHASES = {'post-config', 'extra', 'post-extra', 'test-config'}
 #: Linux's limit on one argument (MAX_ARG_STRLEN): the regex is one.
