@@ -66,10 +66,19 @@ $(VENV)/.stamp-self: $(VENV)/.stamp-python setup.cfg pyproject.toml requirements
 	rm -rf build
 	touch $@
 
-venv: $(VENV)/.stamp-self
+# The tempest plugin, a distribution of its own, next to tempest (here the
+# same venv): the unit tests check it as tempest sees it, the gate runs its
+# scenarios.
+TEMPEST_PLUGIN := nova-imgtype-tempest-plugin
+$(VENV)/.stamp-tempest-plugin: $(VENV)/.stamp-python $(TEMPEST_PLUGIN)/setup.cfg $(TEMPEST_PLUGIN)/requirements.txt $(shell find $(TEMPEST_PLUGIN) -name '*.py')
+	$(PIP_INSTALL) ./$(TEMPEST_PLUGIN)
+	rm -rf $(TEMPEST_PLUGIN)/build $(TEMPEST_PLUGIN)/*.egg-info
+	touch $@
+
+venv: $(VENV)/.stamp-self $(VENV)/.stamp-tempest-plugin
 
 # The gate's services (keystone, glance, uwsgi, ...), next to Nova.
-$(VENV)/.stamp-gate: $(VENV)/.stamp-self gate/requirements.txt $(CONSTRAINTS)
+$(VENV)/.stamp-gate: $(VENV)/.stamp-self $(VENV)/.stamp-tempest-plugin gate/requirements.txt $(CONSTRAINTS)
 	@test "$(NOVA)" = "$(DEFAULT_NOVA)" || { \
 	    echo "make gate runs on NOVA=$(DEFAULT_NOVA) only"; exit 2; }
 	$(PIP_INSTALL) -r gate/requirements.txt
@@ -107,11 +116,12 @@ bench-compare: gate-venv
 	$(PY) -m benchmarks.compare $(BASE) $(BENCHMARKS)
 
 pep8: venv
-	$(VENV)/bin/ruff check nova_imgtype nova_imgtype_testing nova tests benchmarks gate
-	$(VENV)/bin/mypy nova_imgtype nova_imgtype_testing gate benchmarks
+	$(VENV)/bin/ruff check nova_imgtype nova_imgtype_testing nova tests benchmarks gate $(TEMPEST_PLUGIN)
+	$(VENV)/bin/mypy nova_imgtype nova_imgtype_testing gate benchmarks $(TEMPEST_PLUGIN)/nova_imgtype_tempest_plugin
 
 genconfig: venv
 	$(VENV)/bin/oslo-config-generator --config-file etc/oslo-config-generator/nova-imgtype.conf
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache \
+	    $(TEMPEST_PLUGIN)/build $(TEMPEST_PLUGIN)/*.egg-info

@@ -49,6 +49,7 @@ from nova.virt.libvirt import imagecache as nova_imagecache
 from oslo_config import fixture as config_fixture
 
 from benchmarks import sampling
+from benchmarks import tables
 from nova_imgtype.virt.libvirt import driver as imgtype_driver
 from nova_imgtype.virt.libvirt import imagecache
 from nova_imgtype.virt.libvirt import pool_specs
@@ -240,10 +241,11 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
         'stock` is the ratio of medians (see `benchmarks/cache_audit.py`).'
         % (rows[0]['templates'] if rows else 4),
         '',
-        '| config | disks | runs | median s | ms per disk | vs stock |',
-        '| --- | ---: | ---: | ---: | ---: | ---: |']
-    for r in rows:
-        lines.append('| %s | %d | %d | %.4f | %.3f | %.4f |' % (
-            r['config'], r['disks'], r['runs'], r['median_s'],
-            r['per_disk_ms'], r['vs_stock']))
+        tables.markdown(
+            ['config', 'disks', 'runs', 'median s', 'ms per disk',
+             'vs stock'],
+            (['%s' % r['config'], '%d' % r['disks'], '%d' % r['runs'],
+              '%.4f' % r['median_s'], '%.3f' % r['per_disk_ms'],
+              '%.4f' % r['vs_stock']] for r in rows),
+            left=['config'])]
     return '\n'.join(lines) + '\n'

@@ -34,6 +34,8 @@ from collections.abc import Iterable
 from collections.abc import Sequence
 from typing import Any
 
+from benchmarks import tables
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
@@ -136,19 +138,18 @@ def to_markdown(rows: list[Row], base: str, head: str, rounds: int,
         % (base, base, head, rounds, rounds, 1 + limit), '',
         '%d figures compared, %d of the plugin\'s slower than before.'
         % (len(rows), len(slower)), '']
-    label = None
-    for r in rows:
-        if r['benchmark'] != label:
-            label = r['benchmark']
-            lines += ['', '## %s' % label, '',
-                      '| row | before s | after s | after/before '
-                      '| stock drift | |',
-                      '| --- | ---: | ---: | ---: | ---: | --- |']
-        lines.append('| %s | %.4f | %.4f | %.3f | %s | %s |' % (
-            r['row'], r['before_s'], r['after_s'], r['ratio'],
-            '-' if r['stock_drift'] is None else '%.3f' % r['stock_drift'],
-            'stock' if r['stock'] else (
-                '**slower**' if r['slower'] else 'ok')))
+    for label in dict.fromkeys(r['benchmark'] for r in rows):
+        lines += ['', '## %s' % label, '', tables.markdown(
+            ['row', 'before s', 'after s', 'after/before', 'stock drift',
+             'judged'],
+            ([r['row'], '%.4f' % r['before_s'], '%.4f' % r['after_s'],
+              '%.3f' % r['ratio'],
+              '-' if r['stock_drift'] is None
+              else '%.3f' % r['stock_drift'],
+              'stock' if r['stock'] else (
+                  '**slower**' if r['slower'] else 'ok')]
+             for r in rows if r['benchmark'] == label),
+            left=['row', 'judged'])]
     return '\n'.join(lines) + '\n'
 
 

@@ -54,6 +54,7 @@ from nova.virt.libvirt import utils as libvirt_utils
 from oslo_config import fixture as config_fixture
 
 from benchmarks import fakes
+from benchmarks import tables
 from nova_imgtype.virt.libvirt import driver as imgtype_driver
 from nova_imgtype.virt.libvirt import imagecache
 from nova_imgtype.virt.libvirt.template_handlers import downloading
@@ -272,10 +273,10 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
         % (rows[0]['image'] if rows else '128 MiB qcow2',
            rows[0]['runs'] if rows else RUNS),
         '',
-        '| config | N | downloads | median wall s | vs stock |',
-        '| --- | ---: | ---: | ---: | ---: |']
-    for r in rows:
-        lines.append('| %s | %d | %d | %.3f | %.3f |' % (
-            r['config'], r['spawns'], r['downloads'], r['median_s'],
-            r['vs_stock']))
+        tables.markdown(
+            ['config', 'N', 'downloads', 'median wall s', 'vs stock'],
+            ([r['config'], '%d' % r['spawns'], '%d' % r['downloads'],
+              '%.3f' % r['median_s'], '%.3f' % r['vs_stock']]
+             for r in rows),
+            left=['config'])]
     return '\n'.join(lines) + '\n'

@@ -26,6 +26,7 @@ from nova.virt import images
 from nova.virt.libvirt import utils as libvirt_utils
 
 from benchmarks import sampling
+from benchmarks import tables
 from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import pools
 from nova_imgtype_testing import libvirtd as real
@@ -188,10 +189,11 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
              '(pool copy) stock Flat\'s; stock\'s times include their '
              'share of the conversion to raw at download (see '
              '`benchmarks/disk_creation.py`).', '',
-             '| image | method | median s | vs stock Qcow2 | vs stock Flat '
-             '| cache bytes |',
-             '| --- | --- | ---: | ---: | ---: | ---: |']
-    lines += ['| %s | %s | %.4f | %s | %s | %d |' % (
-        r['image'], r['method'], r['median_s'], r['vs_stock_qcow2'],
-        r.get('vs_stock_flat', '-'), r['cache_bytes']) for r in rows]
+             tables.markdown(
+                 ['image', 'method', 'median s', 'vs stock Qcow2',
+                  'vs stock Flat', 'cache bytes'],
+                 ([r['image'], r['method'], '%.4f' % r['median_s'],
+                   r['vs_stock_qcow2'], r.get('vs_stock_flat', '-'),
+                   '%d' % r['cache_bytes']] for r in rows),
+                 left=['image', 'method'])]
     return '\n'.join(lines) + '\n'

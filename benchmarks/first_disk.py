@@ -98,6 +98,7 @@ from oslo_utils import fileutils
 from benchmarks import fakes
 from benchmarks import glance_endpoint
 from benchmarks import sampling
+from benchmarks import tables
 from nova_imgtype.virt.libvirt import imagecache
 from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import pools
@@ -599,29 +600,29 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
         'cache bytes are what `_base` holds for the image (see '
         '`benchmarks/first_disk.py`).',
         '',
-        '| image | file MiB | cache | method | runs | median s | '
-        'vs stock Qcow2 | vs stock Flat | cache bytes |',
-        '| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |']
-    for r in rows:
-        lines.append(
-            '| %s | %.1f | %s | %s | %d | %.4f | %.3f | %s | %d |' % (
-                r['image'], r['file_bytes'] / MiB, r['cache'], r['method'],
-                r['runs'], r['median_s'], r['vs_stock_qcow2'],
-                '%.3f' % r['vs_stock_flat'] if 'vs_stock_flat' in r
-                else '-', r['cache_bytes']))
-    lines += ['', '### Cache bytes per image, stock against native', '',
-              '| image | stock (force_raw) | native | native / stock |',
-              '| --- | ---: | ---: | ---: |']
+        tables.markdown(
+            ['image', 'file MiB', 'cache', 'method', 'runs', 'median s',
+             'vs stock Qcow2', 'vs stock Flat', 'cache bytes'],
+            ([r['image'], '%.1f' % (r['file_bytes'] / MiB), r['cache'],
+              r['method'], '%d' % r['runs'], '%.4f' % r['median_s'],
+              '%.3f' % r['vs_stock_qcow2'],
+              '%.3f' % r['vs_stock_flat'] if 'vs_stock_flat' in r
+              else '-', '%d' % r['cache_bytes']] for r in rows),
+            left=['image', 'cache', 'method'])]
     by_image: dict[str, dict[str, int]] = {}
     for r in rows:
         if r['cache'] == 'cold':
             by_image.setdefault(r['image'], {})[r['method']] = (
                 r['cache_bytes'])
+    cache_rows = []
     for image, cached in by_image.items():
         stock, native = cached.get(STOCK_QCOW2), cached.get(NATIVE)
         if stock is None or native is None:
             continue
-        lines.append('| %s | %d | %d | %s |' % (
-            image, stock, native,
-            '%.3f' % (native / stock) if stock else '-'))
+        cache_rows.append([image, '%d' % stock, '%d' % native,
+                           '%.3f' % (native / stock) if stock else '-'])
+    lines += ['', '### Cache bytes per image, stock against native', '',
+              tables.markdown(
+                  ['image', 'stock (force_raw)', 'native', 'native / stock'],
+                  cache_rows, left=['image'])]
     return '\n'.join(lines) + '\n'

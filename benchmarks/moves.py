@@ -52,6 +52,7 @@ from typing import Any
 import libvirt
 
 from benchmarks import sampling
+from benchmarks import tables
 from nova_imgtype.virt.libvirt import live_migration
 from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import pools as pools_mod
@@ -330,15 +331,15 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
         'dense, and sparse with 100 MiB of data. Sides alternated in one '
         'run; median of `runs` runs; `vs scp` is the ratio of medians (see '
         '`benchmarks/moves.py`).', '',
-        '| disk | copied by | runs | median s | vs scp | MiB allocated '
-        'there |',
-        '| --- | --- | ---: | ---: | ---: | ---: |']
-    cold = [r for r in rows if 'vs_stock_scp' in r]
+        tables.markdown(
+            ['disk', 'copied by', 'runs', 'median s', 'vs scp',
+             'MiB allocated there'],
+            ([r['case'], r['side'], '%d' % r['runs'],
+              '%.2f' % r['median_s'], '%.2f' % r['vs_stock_scp'],
+              '%d' % (r['dest_allocated'] // MiB)]
+             for r in rows if 'vs_stock_scp' in r),
+            left=['disk', 'copied by'])]
     live = [r for r in rows if 'vs_stock' in r]
-    for r in cold:
-        lines.append('| %s | %s | %d | %.2f | %.2f | %d |' % (
-            r['case'], r['side'], r['runs'], r['median_s'],
-            r['vs_stock_scp'], r['dest_allocated'] // MiB))
     if live:
         lines += [
             '', '## Live block migration of an overlay disk', '',
@@ -352,11 +353,11 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
             "destination's disk and the migration. Sides alternated, the one "
             'that goes first too; median of %d runs.' % (
                 live[0]['domain_type'], live[0]['runs']), '',
-            '| disk | side | median s | vs stock |',
-            '| --- | --- | ---: | ---: |']
-        for r in live:
-            lines.append('| %s | %s | %.2f | %.2f |' % (
-                r['case'], r['side'], r['median_s'], r['vs_stock']))
+            tables.markdown(
+                ['disk', 'side', 'median s', 'vs stock'],
+                ([r['case'], r['side'], '%.2f' % r['median_s'],
+                  '%.2f' % r['vs_stock']] for r in live),
+                left=['disk', 'side'])]
     return '\n'.join(lines) + '\n'
 
 

@@ -32,6 +32,7 @@ from oslo_concurrency import processutils
 
 from benchmarks import fakes
 from benchmarks import first_disk as fd
+from benchmarks import tables
 from nova_imgtype.virt.libvirt import spawn
 
 RUNS = 7
@@ -185,12 +186,11 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
         'format inspector, summed per disk; median of '
         '%d disks. Steps below 0.05 ms are left out; the rest of the total '
         'is Python.' % (rows[0]['runs'] if rows else RUNS), '',
-        '| disk | step | calls | median ms |',
-        '| --- | --- | ---: | ---: |']
-    for r in rows:
-        if r['step'] != 'total (wall)' and r['median_ms'] < 0.05:
-            continue
-        lines.append('| %s | %s | %g | %.1f |' % (
-            r['scenario'], '**%s**' % r['step'] if r['step'].startswith(
-                'total') else r['step'], r['calls'], r['median_ms']))
+        tables.markdown(
+            ['disk', 'step', 'calls', 'median ms'],
+            ([r['scenario'], '**%s**' % r['step'] if r['step'].startswith(
+                'total') else r['step'], '%g' % r['calls'],
+              '%.1f' % r['median_ms']] for r in rows
+             if r['step'] == 'total (wall)' or r['median_ms'] >= 0.05),
+            left=['disk', 'step'])]
     return '\n'.join(lines) + '\n'

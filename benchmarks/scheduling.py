@@ -75,6 +75,7 @@ from placement import db_api as placement_db_api
 from placement.db.sqlalchemy import models as placement_models
 
 import nova_imgtype.conf  # noqa: F401  registers our scheduler option
+from benchmarks import tables
 
 CONF = nova.conf.CONF
 
@@ -602,16 +603,16 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
         % ('second' if TRAIT_EVERY == 2 else '%dth' % TRAIT_EVERY,
            IMAGE_TRAIT, MAX_PLACEMENT_RESULTS),
         '',
-        '| compute nodes | configuration | runs | median ms | p90 ms | '
-        'vs stock | a/c ms | placement candidates | hosts passed |',
-        '| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |']
-    for r in rows:
-        lines.append(
-            '| %d | %s | %d | %.1f | %s | %.2f | %.1f | %d | %d |' % (
-                r['compute_nodes'], r['config'], r['runs'], r['median_ms'],
-                '%.1f' % r['p90_ms'] if r['p90_ms'] is not None else '-',
-                r['vs_stock'], r['allocation_candidates_ms'],
-                r['placement_candidates'],
-                r['hosts_passed']))
+        tables.markdown(
+            ['compute nodes', 'configuration', 'runs', 'median ms',
+             'p90 ms', 'vs stock', 'a/c ms', 'placement candidates',
+             'hosts passed'],
+            (['%d' % r['compute_nodes'], r['config'], '%d' % r['runs'],
+              '%.1f' % r['median_ms'],
+              '%.1f' % r['p90_ms'] if r['p90_ms'] is not None else '-',
+              '%.2f' % r['vs_stock'], '%.1f' % r['allocation_candidates_ms'],
+              '%d' % r['placement_candidates'], '%d' % r['hosts_passed']]
+             for r in rows),
+            left=['configuration'])]
     return '\n'.join(lines) + '\n'
 

@@ -48,6 +48,7 @@ from oslo_config import fixture as config_fixture
 
 from benchmarks import fakes
 from benchmarks import sampling
+from benchmarks import tables
 from nova_imgtype.virt.libvirt import imagecache
 from nova_imgtype.virt.libvirt import template_handlers
 from nova_imgtype.virt.libvirt.template_handlers import downloading
@@ -214,12 +215,12 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
         'holds for the template (see `benchmarks/template_handlers.py`).'
         % (RUNS, sampling.FAST_S),
         '',
-        '| image | data MiB | handler | runs | median s to first disk | '
-        'vs downloading | cache bytes |',
-        '| --- | ---: | --- | ---: | ---: | ---: | ---: |']
-    for r in rows:
-        lines.append('| %s | %d | %s | %d | %.4f | %.3f | %d |' % (
-            r['image'], r['data_bytes'] // MiB, r['handler'], r['runs'],
-            r['median_s'],
-            r['vs_downloading'], r['cache_bytes']))
+        tables.markdown(
+            ['image', 'data MiB', 'handler', 'runs',
+             'median s to first disk', 'vs downloading', 'cache bytes'],
+            ([r['image'], '%d' % (r['data_bytes'] // MiB), r['handler'],
+              '%d' % r['runs'], '%.4f' % r['median_s'],
+              '%.3f' % r['vs_downloading'], '%d' % r['cache_bytes']]
+             for r in rows),
+            left=['image', 'handler'])]
     return '\n'.join(lines) + '\n'

@@ -34,7 +34,6 @@ import os
 import shutil
 import signal
 import sys
-import time
 from types import FrameType
 from typing import Any
 
@@ -55,15 +54,17 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 
 
 def _delete_servers(cloud_path: str) -> None:
+    from openstack import exceptions as sdk_exceptions
+
     conn = tempest.connect(tempest.load_cloud(cloud_path))
     servers = list(conn.compute.servers(all_projects=True))
     for server in servers:
         conn.compute.delete_server(server, force=True)
-    deadline = time.monotonic() + 300
-    while list(conn.compute.servers(all_projects=True)):
-        if time.monotonic() > deadline:
-            raise P.GateError('servers left after 300 s')
-        time.sleep(2)
+    try:
+        for server in servers:
+            conn.compute.wait_for_delete(server, wait=300)
+    except sdk_exceptions.ResourceTimeout as e:
+        raise P.GateError('servers left after 300 s: %s' % e) from None
     P.progress('%d servers deleted' % len(servers))
 
 

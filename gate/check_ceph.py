@@ -110,17 +110,14 @@ def _evacuations(conn: Any, server: Any) -> list[dict[str, Any]]:
 def _evacuated(conn: Any, server: Any, source: str) -> Any | None:
     """The server once its evacuation from ``source`` ended: on another
     host (done), or None when it failed (the server stays on source)."""
-    deadline = time.monotonic() + B.TIMEOUT
-    while time.monotonic() < deadline:
+    for _ in B.poll('evacuation of %s from %s over' % (server.id, source)):
         found = _evacuations(conn, server)
         last = max(found, key=lambda m: m['id']) if found else None
         if last and last['status'] in ('error', 'failed'):
             return None
         if last and last['status'] == 'done':
             return B.wait(conn, server, 'ACTIVE')
-        time.sleep(1)
-    raise B.CheckFailed('evacuation of %s from %s not over after %ds' % (
-        server.id, source, B.TIMEOUT))
+    raise AssertionError('unreachable: poll() raises on timeout')
 
 
 def _evacuate(cloud: B.Cloud, conn: Any, server: Any,
@@ -154,15 +151,13 @@ def _bring_back(cloud: B.Cloud, conn: Any, server: Any, host: str) -> None:
     compute = next(c for c in state.computes if c.host == host)
     since = time.time()
     proc = computes.start_nova_compute(state, compute, L.PLUGIN_DRIVER)
-    deadline = time.monotonic() + B.TIMEOUT
-    while any(m['status'] == 'done' and m['source_compute'] == host
-              for m in _evacuations(conn, server)):
-        if time.monotonic() > deadline:
-            raise B.CheckFailed('%s did not complete the evacuation of %s '
-                                'after %ds' % (host, server.id, B.TIMEOUT))
+    for _ in B.poll('%s completing the evacuation of %s' % (host,
+                                                              server.id)):
+        if not any(m['status'] == 'done' and m['source_compute'] == host
+                   for m in _evacuations(conn, server)):
+            break
         P.check_alive(proc, host + ' nova-compute',
                       state.layout.log(host + '-nova-compute'))
-        time.sleep(1)
     _forced_down(conn, host, False)
     computes.wait_computes_reporting(state, since, {host: proc})
 
@@ -362,8 +357,8 @@ def _live(cloud: B.Cloud, conn: Any, server: Any, to: str,
           marker: bytes, images: list[str]) -> Any:
     source = B.host_of(server)
     conn.compute.live_migrate_server(server, host=to, block_migration='auto')
-    deadline = time.monotonic() + B.TIMEOUT
-    while True:
+    for _ in B.poll('live migration of %s from %s to %s' % (
+            server.id, source, to)):
         server = B.wait(conn, server, 'ACTIVE')
         if B.host_of(server) == to:
             break
@@ -372,11 +367,9 @@ def _live(cloud: B.Cloud, conn: Any, server: Any, to: str,
             microversion='2.59').json()['migrations']
             if m['migration_type'] == 'live-migration']
         last = max(found, key=lambda m: m['id']) if found else None
-        if (last and last['status'] in ('error', 'failed')) or (
-                time.monotonic() > deadline):
+        if last and last['status'] in ('error', 'failed'):
             raise B.CheckFailed('live migration of %s from %s to %s: %s' % (
-                server.id, source, to, last and last['status']))
-        time.sleep(1)
+                server.id, source, to, last['status']))
     now = _images_as_used(cloud, server, 'after the live migration')
     if now != images:
         raise B.CheckFailed('live migration of %s %s -> %s: Ceph held %s, '

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import time
 from collections.abc import Iterator
 from collections.abc import Mapping
 from typing import Any
@@ -123,17 +122,16 @@ def _live_migrate(cloud: B.Cloud, conn: Any, server: Any, to: str,
     source = B.host_of(server)
     drive, digest = B.config_drive(cloud, server)
     conn.compute.live_migrate_server(server, host=to, block_migration='auto')
-    deadline = time.monotonic() + B.TIMEOUT
-    while True:
+    for _ in B.poll('live migration of %s from %s to %s' % (
+            server.id, source, to)):
         server = B.wait(conn, server, 'ACTIVE')
-        if B.host_of(server) != source or time.monotonic() > deadline:
+        if B.host_of(server) != source:
             break
         last = _last_migration(conn, server, 'live-migration')
         if last and last['status'] in ('error', 'failed'):
             raise B.CheckFailed('live migration of %s from %s to %s: %s '
                                 '(see the computes\' logs)' % (
                                     server.id, source, to, last['status']))
-        time.sleep(1)
     if B.host_of(server) != to:
         raise B.CheckFailed('live migration of %s from %s: on %s, not %s' % (
             server.id, source, B.host_of(server), to))
@@ -251,13 +249,11 @@ def _on_stock(cloud: B.Cloud, conn: Any, host: str) -> Iterator[None]:
         yield
     finally:
         computes.restart(state, L.PLUGIN_DRIVER, [host])
-        deadline = time.monotonic() + B.TIMEOUT
-        while not [t for t in _imgtype_traits(conn, host)[1]
-                   if t.startswith(IMGTYPE_TRAITS)]:
-            if time.monotonic() > deadline:
-                raise B.CheckFailed('%s back on the plugin reports no '
-                                    'nova-imgtype trait' % host)
-            time.sleep(1)
+        for _ in B.poll('a nova-imgtype trait of %s back on the plugin'
+                        % host):
+            if [t for t in _imgtype_traits(conn, host)[1]
+                    if t.startswith(IMGTYPE_TRAITS)]:
+                break
 
 
 def _last_migration(conn: Any, server: Any,
@@ -272,18 +268,16 @@ def _last_migration(conn: Any, server: Any,
 
 def _failed_migration(conn: Any, server: Any, kind: str) -> dict[str, Any]:
     """The server's last migration of ``kind``, once it has failed."""
-    deadline = time.monotonic() + B.TIMEOUT
-    while True:
-        last = _last_migration(conn, server, kind)
+    seen: list[dict[str, Any] | None] = [None]
+    for _ in B.poll('the %s of %s refused' % (kind, server.id),
+                    detail=lambda: seen[0] and seen[0]['status']):
+        seen[0] = last = _last_migration(conn, server, kind)
         if last and last['status'] in ('error', 'failed'):
             return last
         if last and last['status'] in ('finished', 'completed', 'confirmed'):
             raise B.CheckFailed('the %s of %s to %s was not refused: %s' % (
                 kind, server.id, last['dest_compute'], last['status']))
-        if time.monotonic() > deadline:
-            raise B.CheckFailed('the %s of %s: %s after %ds' % (
-                kind, server.id, last and last['status'], B.TIMEOUT))
-        time.sleep(1)
+    raise AssertionError('unreachable: poll() raises on timeout')
 
 
 def _logged(path: str, *words: str) -> bool:

@@ -111,14 +111,13 @@ def check_precache(cloud: B.Cloud, conn: Any, res: Mapping[str, Any]) -> str:
             'cache': [{'id': fresh.id}]}, microversion='2.81')
         want = os.path.join(c['host_instances_path'], '_base',
                             '%s_qcow2' % _cache_name(fresh.id))
-        deadline = time.monotonic() + B.TIMEOUT
-        while not os.path.exists(want):
-            if time.monotonic() > deadline:
-                base = os.path.join(c['host_instances_path'], '_base')
-                raise B.CheckFailed('%s not cached as %s; _base has %s' % (
-                    fresh.id, want, sorted(os.listdir(base))
-                    if os.path.isdir(base) else []))
-            time.sleep(1)
+        base = os.path.join(c['host_instances_path'], '_base')
+        for _ in B.poll('%s cached as %s' % (fresh.id, want),
+                        detail=lambda: '_base has %s' % (
+                            sorted(os.listdir(base))
+                            if os.path.isdir(base) else [])):
+            if os.path.exists(want):
+                break
         fmt = image.disk_format(want)
         if fmt != 'qcow2':
             raise B.CheckFailed('pre-cached template %s is %s' % (want, fmt))

@@ -7,15 +7,17 @@ import contextlib
 import json
 import os
 import subprocess
-import time
 import urllib.parse
 import uuid
+from collections.abc import Callable
 from collections.abc import Iterator
 from collections.abc import Mapping
 from typing import Any
 from xml.etree import ElementTree
 
 import pymysql
+from openstack import exceptions as sdk_exceptions
+from openstack import utils as sdk_utils
 
 from gate import image
 from gate.cloud import layout as L
@@ -56,18 +58,33 @@ def hosts(cloud: Cloud) -> tuple[str, str]:
 
 # -- servers -----------------------------------------------------------------
 
+def poll(what: str, interval: float = 1,
+         detail: Callable[[], object] | None = None) -> Iterator[int]:
+    """openstacksdk's ``iterate_timeout`` over the gate's TIMEOUT: the
+    loop body polls until it returns or breaks; a timeout is a
+    :class:`CheckFailed` saying ``what`` was waited for and, from
+    ``detail``, what was seen last."""
+    try:
+        yield from sdk_utils.iterate_timeout(TIMEOUT, what, wait=interval)
+    except sdk_exceptions.ResourceTimeout:
+        raise CheckFailed('%s: not after %ds%s' % (
+            what, TIMEOUT, ' (%s)' % detail() if detail else '')) from None
+
+
 def wait(conn: Any, server: Any, status: str) -> Any:
-    deadline = time.monotonic() + TIMEOUT
-    while time.monotonic() < deadline:
-        server = conn.compute.get_server(server.id)
-        if server.status == status and not server.task_state:
-            return server
-        if server.status == 'ERROR' and status != 'ERROR':
-            raise CheckFailed('server %s ERROR: %s' % (server.id,
-                                                      server.fault))
-        time.sleep(1)
-    raise CheckFailed('server %s not %s after %ds (%s, task %s)' % (
-        server.id, status, TIMEOUT, server.status, server.task_state))
+    """The server once ``status`` with no task (openstacksdk's
+    ``wait_for_server`` looks at the status alone: a live migration runs
+    with the server ACTIVE)."""
+    seen = [server]
+    for _ in poll('server %s %s with no task' % (server.id, status),
+                  detail=lambda: '%s, task %s' % (seen[0].status,
+                                                  seen[0].task_state)):
+        seen[0] = now = conn.compute.get_server(server.id)
+        if now.status == status and not now.task_state:
+            return now
+        if now.status == 'ERROR' and status != 'ERROR':
+            raise CheckFailed('server %s ERROR: %s' % (now.id, now.fault))
+    raise AssertionError('unreachable: poll() raises on timeout')
 
 
 def boot(conn: Any, res: Mapping[str, Any], fmt: str,

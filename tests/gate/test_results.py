@@ -26,7 +26,7 @@ STOCK = _run('stock', {
     'tempest.api.a.T.test_skipped_on_plugin': P,
     'tempest.api.a.T.test_skip_both': S,
     'tempest.api.a.T.test_fail_both': F,
-    'nova_imgtype.tempest.tests.scenario.t.T.test_own': S,
+    'nova_imgtype_tempest_plugin.tests.scenario.t.T.test_own': S,
     'tempest.api.a.T.test_only_stock': P,
 })
 PLUGIN = _run('plugin', {
@@ -35,7 +35,7 @@ PLUGIN = _run('plugin', {
     'tempest.api.a.T.test_skipped_on_plugin': S,
     'tempest.api.a.T.test_skip_both': S,
     'tempest.api.a.T.test_fail_both': F,
-    'nova_imgtype.tempest.tests.scenario.t.T.test_own': P,
+    'nova_imgtype_tempest_plugin.tests.scenario.t.T.test_own': P,
 })
 
 
@@ -55,7 +55,7 @@ def test_compare_verdicts() -> None:
     assert verdicts['tempest.api.a.T.test_skip_both'] == 'ok'
     assert verdicts['tempest.api.a.T.test_fail_both'] == 'failed on both'
     assert verdicts[
-        'nova_imgtype.tempest.tests.scenario.t.T.test_own'] == 'ok'
+        'nova_imgtype_tempest_plugin.tests.scenario.t.T.test_own'] == 'ok'
     assert cmp['summary']['upstream_passed_on_both'] == 1
     assert not cmp['summary']['ok']
     assert cmp['runs']['plugin']['counts'] == {
@@ -131,7 +131,7 @@ def test_checks_of_gate_checks() -> None:
 
 
 def test_own_tests_must_pass_and_stock_failures_are_flagged() -> None:
-    own = 'nova_imgtype.tempest.tests.scenario.t.T.test_own'
+    own = 'nova_imgtype_tempest_plugin.tests.scenario.t.T.test_own'
     upstream = 'tempest.api.a.T.test_fail_both'
     stock = _run('stock', {own: S, upstream: F, 'tempest.x': P})
     plugin = _run('plugin', {own: F, upstream: F, 'tempest.x': P})

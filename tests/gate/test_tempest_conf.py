@@ -89,7 +89,7 @@ def test_the_ceph_profile_live_migrates_without_block_migration() -> None:
 
 
 def test_imgtype_options_exist_in_the_plugin() -> None:
-    from nova_imgtype.tempest import config as imgtype_config
+    from nova_imgtype_tempest_plugin import config as imgtype_config
     sections = tempest_conf.tempest_sections(CLOUD, RES, [], False, [])
     for group, opts in imgtype_config.GROUPS:
         names = {o.name for o in opts}
@@ -146,7 +146,7 @@ def test_execute_without_a_cloud(tmp_path: pathlib.Path) -> None:
     selection.write_text(
         '# two classes\n'
         'tempest.api.compute.servers.test_servers.ServerShowV247Test\n'
-        'nova_imgtype.tempest.tests.scenario.test_image_type_scheduling'
+        'nova_imgtype_tempest_plugin.tests.scenario.test_image_type_scheduling'
         '.ImageTypeSchedulingTest  # the plugin\'s\n')
     workspace = str(tmp_path / 'ws')
     gate_tempest.init_workspace(workspace)
@@ -163,10 +163,10 @@ def test_execute_without_a_cloud(tmp_path: pathlib.Path) -> None:
         'test_show_server',
         'tempest.api.compute.servers.test_servers.ServerShowV247Test.'
         'test_update_rebuild_list_server',
-        'nova_imgtype.tempest.tests.scenario.test_image_type_scheduling.'
+        'nova_imgtype_tempest_plugin.tests.scenario.test_image_type_scheduling.'
         'ImageTypeSchedulingTest.test_native_qcow2_flavor_lands_on_native_'
         'host',
-        'nova_imgtype.tempest.tests.scenario.test_image_type_scheduling.'
+        'nova_imgtype_tempest_plugin.tests.scenario.test_image_type_scheduling.'
         'ImageTypeSchedulingTest.test_unsupported_disk_format_no_valid_host',
     }
     assert data['counts'] == {'passed': 0, 'failed': 2, 'skipped': 2,

@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 
+import cachetools
 import pytest
 
 from nova_imgtype.virt.libvirt import sizes
@@ -151,14 +152,24 @@ def test_a_broken_qcow2_header_is_left_to_qemu_img(tmp_path):
     assert sizes.virtual_size(str(path)) is None
 
 
-def test_sizes_kept_are_bounded(tmp_path, monkeypatch):
-    monkeypatch.setattr(sizes, 'KEEP', 3)
-    for i in range(5):
+def test_sizes_kept_are_bounded_the_least_recently_used_dropped(
+        tmp_path, monkeypatch):
+    assert sizes._known.maxsize == sizes.KEEP
+    monkeypatch.setattr(sizes, '_known', cachetools.LRUCache(maxsize=3))
+
+    def size(i):
         path = tmp_path / ('d%d' % i)
-        path.write_bytes(bytes(512 * (i + 1)))
+        if not path.exists():
+            path.write_bytes(bytes(512 * (i + 1)))
         assert sizes.virtual_size(str(path)) == 512 * (i + 1)
-    kept = [p for p in sizes._known if p.startswith(str(tmp_path))]
-    assert kept == [str(tmp_path / ('d%d' % i)) for i in (2, 3, 4)]
+
+    for i in range(3):
+        size(i)
+    size(0)             # d0 read again: d1 is now the least recently used
+    size(3)
+    size(4)
+    assert set(sizes._known) == {str(tmp_path / ('d%d' % i))
+                                 for i in (0, 3, 4)}
 
 
 def _counting_inspections(monkeypatch):

@@ -20,14 +20,17 @@ from tempest.test_discover import plugins
 
 from nova_imgtype import traits
 from nova_imgtype.scheduler import request_filters
-from nova_imgtype.tempest import plugin as imgtype_plugin
-from nova_imgtype.tempest.tests.scenario import test_image_type_scheduling
+from nova_imgtype_tempest_plugin import plugin as imgtype_plugin
+from nova_imgtype_tempest_plugin.tests.scenario import (
+    test_image_type_scheduling,
+)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 VENV_BIN = pathlib.Path(sys.executable).parent
 JOB = 'nova-imgtype-tempest-multinode'
 
-MODULE = 'nova_imgtype.tempest.tests.scenario.test_image_type_scheduling'
+MODULE = ('nova_imgtype_tempest_plugin.tests.scenario.'
+          'test_image_type_scheduling')
 EXPECTED_TESTS = {
     MODULE + '.ImageTypeSchedulingTest.'
     'test_native_qcow2_flavor_lands_on_native_host':
@@ -73,7 +76,7 @@ def _run_python(code, cwd):
 def test_tempest_finds_the_plugin_through_its_entry_point():
     _manager, ext = _plugin_extension()
     assert ext.entry_point_target == (
-        'nova_imgtype.tempest.plugin:NovaImgtypeTempestPlugin')
+        'nova_imgtype_tempest_plugin.plugin:NovaImgtypeTempestPlugin')
     assert isinstance(ext.obj, imgtype_plugin.NovaImgtypeTempestPlugin)
     assert isinstance(ext.obj, plugins.TempestPlugin)
 
@@ -216,7 +219,14 @@ def test_job_installs_and_runs_the_plugin():
         assert project in required
     assert any(p.endswith('/nova-imgtype') for p in required)
     variables = job['vars']
-    assert variables['tempest_plugins'] == ['nova-imgtype']
+    # The plugin's own distribution, pip-installed into tempest's venv by
+    # devstack from TEMPEST_PLUGINS (a directory of this repository).
+    assert 'tempest_plugins' not in variables
+    plugin_path = variables['devstack_localrc']['TEMPEST_PLUGINS']
+    assert plugin_path.startswith('/opt/stack/nova-imgtype/')
+    plugin_dir = ROOT / plugin_path[len('/opt/stack/nova-imgtype/'):]
+    assert (plugin_dir / 'setup.cfg').is_file()
+    assert 'tempest.test_plugins' in (plugin_dir / 'setup.cfg').read_text()
     assert 'nova-imgtype' in variables['devstack_plugins']
     regex = re.compile(variables['tempest_test_regex'])
     for test_id in EXPECTED_TESTS:
@@ -225,3 +235,22 @@ def test_job_installs_and_runs_the_plugin():
     assert (ROOT / 'devstack' / 'plugin.sh').is_file()
     assert 'define_plugin nova-imgtype' in (
         ROOT / 'devstack' / 'settings').read_text()
+
+
+def test_the_plugin_imports_neither_nova_nor_nova_imgtype():
+    """It runs in tempest's venv, which has no Nova (its own distribution,
+    tests/unit/test_wheel.py)."""
+    import ast
+    package = ROOT / 'nova-imgtype-tempest-plugin' / (
+        'nova_imgtype_tempest_plugin')
+    modules = sorted(package.rglob('*.py'))
+    assert len(modules) >= 4
+    imported = set()
+    for path in modules:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {a.name.split('.')[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                imported.add(node.module.split('.')[0])
+    assert 'tempest' in imported
+    assert not imported & {'nova', 'nova_imgtype', 'nova_imgtype_testing'}

@@ -1,6 +1,7 @@
 """The wheel holds what a compute, scheduler or API node runs: not the
 test harness nor the demo (they are the source tree's,
-``nova_imgtype_testing``)."""
+``nova_imgtype_testing``), nor the tempest plugin (a distribution of its
+own, ``nova-imgtype-tempest-plugin/``, whose wheel pulls in no Nova)."""
 
 import pathlib
 import shutil
@@ -11,17 +12,40 @@ import zipfile
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-def test_the_wheel_holds_no_test_harness_nor_demo(tmp_path):
-    # Built from a copy: a build leaves build/ and *.egg-info behind.
+TEMPEST_PLUGIN = 'nova-imgtype-tempest-plugin'
+
+
+def _wheel(tmp_path, subdir=''):
+    """The wheel of the distribution in ``ROOT/subdir``, built from a copy
+    (a build leaves build/ and *.egg-info behind): (file names, METADATA).
+    """
     src = tmp_path / 'src'
     shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
         '.venv*', '.git', 'build', '*.egg-info', '__pycache__', 'results'))
+    out = tmp_path / 'wheel'
     subprocess.run(
         [sys.executable, '-m', 'pip', 'wheel', '--no-deps', '--no-cache-dir',
-         '--no-build-isolation', '--quiet', '--wheel-dir', str(tmp_path),
-         str(src)], check=True, capture_output=True, cwd=tmp_path)
-    [wheel] = tmp_path.glob('nova_imgtype-*.whl')
-    names = zipfile.ZipFile(wheel).namelist()
+         '--no-build-isolation', '--quiet', '--wheel-dir', str(out),
+         str(src / subdir)], check=True, capture_output=True, cwd=tmp_path)
+    [wheel] = out.glob('*.whl')
+    archive = zipfile.ZipFile(wheel)
+    names = archive.namelist()
+    [metadata] = [n for n in names if n.endswith('.dist-info/METADATA')]
+    [entry_points] = [n for n in names
+                      if n.endswith('.dist-info/entry_points.txt')]
+    return (names, archive.read(metadata).decode(),
+            archive.read(entry_points).decode())
+
+
+def _requires(metadata):
+    return {line.split(':', 1)[1].strip().split(' ')[0].split('>')[0]
+            .split('<')[0].split('=')[0].lower()
+            for line in metadata.splitlines()
+            if line.startswith('Requires-Dist:')}
+
+
+def test_the_wheel_holds_no_test_harness_demo_nor_tempest_plugin(tmp_path):
+    names, _metadata, entry_points = _wheel(tmp_path)
     packages = {n.split('/')[0] for n in names}
     # What a node runs is there...
     assert 'nova_imgtype/virt/libvirt/driver.py' in names
@@ -31,3 +55,21 @@ def test_the_wheel_holds_no_test_harness_nor_demo(tmp_path):
         ('nova_imgtype/testing/', 'nova_imgtype/demo'))]
     assert 'nova_imgtype_testing' not in packages
     assert 'tests' not in packages and 'benchmarks' not in packages
+    assert not [n for n in names if 'tempest' in n]
+    assert 'tempest.test_plugins' not in entry_points
+
+
+def test_the_tempest_plugin_wheel_holds_the_plugin_and_needs_no_nova(
+        tmp_path):
+    names, metadata, entry_points = _wheel(tmp_path, TEMPEST_PLUGIN)
+    assert 'Name: nova-imgtype-tempest-plugin' in metadata.splitlines()
+    packages = {n.split('/')[0] for n in names
+                if not n.split('/')[0].endswith('.dist-info')}
+    assert packages == {'nova_imgtype_tempest_plugin'}
+    assert ('nova_imgtype_tempest_plugin/tests/scenario/'
+            'test_image_type_scheduling.py') in names
+    assert ('nova_imgtype = nova_imgtype_tempest_plugin.plugin:'
+            'NovaImgtypeTempestPlugin') in entry_points
+    requires = _requires(metadata)
+    assert 'tempest' in requires
+    assert not {r for r in requires if r.startswith('nova')}, requires

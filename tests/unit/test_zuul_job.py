@@ -25,7 +25,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 FIXTURES = pathlib.Path(__file__).resolve().parent / 'fixtures'
 JOB = 'nova-imgtype-tempest-multinode'
 SELECTION = ROOT / 'gate' / 'tempest-selection.txt'
-PLUGIN_TESTS = 'nova_imgtype.tempest.tests'
+PLUGIN_TESTS = 'nova_imgtype_tempest_plugin.tests'
 #: The local.conf meta-sections stack.sh merges (merge_config_group).
 LOCAL_CONF_PHASES = {'post-config', 'extra', 'post-extra', 'test-config'}
 #: Linux's limit on one argument (MAX_ARG_STRLEN): the regex is one.
@@ -198,9 +198,10 @@ def test_regex_selects_exactly_the_selection_and_the_plugins_tests():
 
 
 def test_regex_selects_the_plugins_scenarios():
+    plugin = ROOT / 'nova-imgtype-tempest-plugin'
     suite = unittest.defaultTestLoader.discover(
-        str(ROOT / 'nova_imgtype' / 'tempest' / 'tests'),
-        top_level_dir=str(ROOT))
+        str(plugin / 'nova_imgtype_tempest_plugin' / 'tests'),
+        top_level_dir=str(plugin))
     tests = []
 
     def walk(s):
@@ -245,7 +246,7 @@ def test_tool_writes_and_checks_the_job(tmp_path):
     assert zuul_selection.main(args + ['--check']) == 0
     written = yaml.safe_load(zuul.read_text())[0]['job']['vars']
     assert written['tempest_test_regex'] == (
-        r'^(?:nova_imgtype\.tempest\.tests|tempest\.api\.a\.B\.test_c)'
+        r'^(?:nova_imgtype_tempest_plugin\.tests|tempest\.api\.a\.B\.test_c)'
         r'(?:\.|\[|$)')
 
 

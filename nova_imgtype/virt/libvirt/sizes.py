@@ -18,12 +18,12 @@ its inspector's reading of the size kept for the size stock asks for next.
 
 from __future__ import annotations
 
-import collections
 import os
 import stat
 import threading
 from typing import Any
 
+import cachetools
 from nova import exception as nova_exception
 from nova.i18n import _
 from nova.virt import images
@@ -38,8 +38,11 @@ LOG = logging.getLogger(__name__)
 #: Sizes of regular files kept, each for one version of its file (with the
 #: inspector that passed its safety check, when it was checked).
 KEEP = 256
-_known: collections.OrderedDict[
-    str, tuple[tuple[int, ...], int | None, Any]] = collections.OrderedDict()
+#: path -> (version, size, inspector or None), the least recently used
+#: dropped first.
+_known: cachetools.LRUCache[
+    str, tuple[tuple[int, ...], int | None, Any]] = cachetools.LRUCache(
+        maxsize=KEEP)
 _known_lock = threading.Lock()
 _QCOW2_MAGIC = b'QFI\xfb'
 
@@ -68,7 +71,6 @@ def virtual_size(path: str) -> int | None:
     with _known_lock:
         known = _known.get(path)
         if known is not None and known[0] == version:
-            _known.move_to_end(path)
             return known[1]
     size = _read(path)
     _remember(path, version, size, None)
@@ -130,7 +132,6 @@ def _passed(path: str) -> tuple[int | None, Any] | None:
         known = _known.get(path)
         if known is None or known[0] != _version(st) or known[2] is None:
             return None
-        _known.move_to_end(path)
         return known[1], known[2]
 
 
@@ -143,9 +144,6 @@ def _remember(path: str, version: tuple[int, ...], size: int | None,
               inspector: Any) -> None:
     with _known_lock:
         _known[path] = (version, size, inspector)
-        _known.move_to_end(path)
-        while len(_known) > KEEP:
-            _known.popitem(last=False)
 
 
 def disk_format(path: str) -> str | None:

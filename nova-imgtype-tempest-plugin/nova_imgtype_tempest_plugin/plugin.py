@@ -7,12 +7,11 @@ import os
 from oslo_config import cfg
 from tempest.test_discover import plugins
 
-from nova_imgtype.tempest import config as imgtype_config
+from nova_imgtype_tempest_plugin import config as imgtype_config
 
-#: Directory holding the ``nova_imgtype`` package (tempest's top level dir
-#: for discovering our tests).
-_TOP_LEVEL_DIR = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
+#: Directory holding the ``nova_imgtype_tempest_plugin`` package (tempest's
+#: top level dir for discovering our tests).
+_TOP_LEVEL_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class NovaImgtypeTempestPlugin(plugins.TempestPlugin):
@@ -20,7 +19,7 @@ class NovaImgtypeTempestPlugin(plugins.TempestPlugin):
     def load_tests(self) -> tuple[str, str]:
         """(test dir, top level dir) for unittest discovery."""
         test_dir = os.path.join(
-            _TOP_LEVEL_DIR, 'nova_imgtype', 'tempest', 'tests')
+            _TOP_LEVEL_DIR, 'nova_imgtype_tempest_plugin', 'tests')
         return test_dir, _TOP_LEVEL_DIR
 
     def register_opts(self, conf: cfg.ConfigOpts) -> None:
