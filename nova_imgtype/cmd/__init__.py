@@ -14,10 +14,13 @@ from __future__ import annotations
 import codecs
 import contextlib
 import glob
+import importlib.metadata
 import os
 import stat
+import sys
 import traceback
 import warnings
+from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Iterator
 from collections.abc import Sequence
@@ -191,6 +194,80 @@ def config_value_errors() -> Iterator[None]:
             loop[0], ' -> '.join(loop))) from None
 
 
+def version() -> str:
+    """nova-imgtype's version, as installed (``--version``)."""
+    try:
+        return importlib.metadata.version('nova-imgtype')
+    except importlib.metadata.PackageNotFoundError:
+        return 'unknown (not installed)'
+
+
+def exit_quietly_on_closed_pipe(main: Callable[[], int]) -> int:
+    """``main()``; when whoever reads its output stops reading (``| head``),
+    the rest is dropped without a traceback, as a Unix tool does, and the
+    exit status says so (141, a shell's for SIGPIPE)."""
+    try:
+        status = main()
+        sys.stdout.flush()
+        return status
+    except BrokenPipeError:
+        # Python flushes stdout again at exit: into nothing, this time.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
+
+
+def describe(e: BaseException) -> str:
+    """``e`` in one line, for an operator. A value oslo.config cannot take
+    is ``[group]name in <where it was set>: <why>``: oslo's own message
+    names the option without its group and carries the repr of its
+    ``LocationInfo``."""
+    if (isinstance(e, (cfg.ConfigFileValueError,
+                       cfg.ConfigSourceValueError)) and
+            isinstance(e.__context__, ValueError)):
+        frames = [frame for frame, _lineno
+                  in traceback.walk_tb(e.__traceback__)
+                  if _option_read(frame)]
+        if frames:
+            option = _option_read(frames[-1])
+            where = getattr(frames[-1].f_locals.get('alt_loc'), 'detail',
+                            None)
+            return ' '.join(('%s%s: %s' % (
+                option, ' in %s' % where if where else '',
+                e.__context__)).split())
+    return ' '.join(str(e).split())
+
+
+#: The driver nova-imgtype's checks are for (``[DEFAULT]compute_driver``).
+PLUGIN_DRIVERS = ('imgtype.LibvirtDriver', 'nova.virt.imgtype.LibvirtDriver')
+
+#: The groups nova-imgtype adds options to, all of whose options are
+#: registered once Nova's and ours are.
+OWN_GROUPS = ('libvirt', 'image_cache', 'scheduler')
+
+
+def unknown_options(conf: cfg.ConfigOpts,
+                    groups: Iterable[str]) -> list[str]:
+    """``[group]name`` of each option set in the config files read into
+    ``conf``, in one of ``groups``, that no one registered there: most
+    likely a misspelt one, which oslo.config and Nova ignore without a
+    word. Only groups whose options are all registered once Nova's and
+    ours are (not ``[keystone_authtoken]`` and the like, which other
+    libraries register when they load) are worth asking about."""
+    unknown = []
+    for path in conf.config_file or []:
+        sections: dict[str, dict[str, list[str]]] = {}
+        cfg.ConfigParser(path, sections).parse()
+        for group in groups:
+            if group not in sections:
+                continue
+            known = set(conf[group])
+            for name in sections[group]:
+                if name.replace('-', '_') not in known:
+                    unknown.append('[%s]%s' % (group, name))
+    return sorted(set(unknown))
+
+
 def check_as_nova_compute(conf: cfg.ConfigOpts) -> None:
     """Check nova-imgtype's options as nova-compute does when it starts
     (the driver's ``__init__`` and ``init_host``), refusing what it refuses
@@ -205,9 +282,15 @@ def check_as_nova_compute(conf: cfg.ConfigOpts) -> None:
         template image handler or one that cannot be loaded.
     """
     import nova_imgtype.conf  # noqa: F401  (Nova's options and ours)
+    from nova_imgtype.conf import opts
     from nova_imgtype.virt.libvirt import resolver as resolver_mod
     from nova_imgtype.virt.libvirt import template_handlers
 
+    # Every option of ours read, as nova-compute reads each sooner or
+    # later: a value it cannot take is found now, not at the first build.
+    for group, group_opts in opts.list_opts():
+        for opt in group_opts:
+            getattr(conf[group.name], opt.dest)
     resolver = resolver_mod.BackendResolver(conf)
     _ = resolver.mapping
     resolver.default_backend()

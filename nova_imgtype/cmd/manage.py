@@ -1,9 +1,14 @@
 """``nova-imgtype``: operator commands.
 
-``nova-imgtype check --config-file /etc/nova/nova.conf [--format table|json]``
-validates the plugin's options the way nova-compute will, and prints for
-every Glance disk_format the backend a new instance gets, whether its image
-is converted, and the image-type trait the node reports for it.
+``nova-imgtype check [--config-file /etc/nova/nova.conf] [--format
+table|json]`` validates the plugin's options the way nova-compute will, and
+prints for every Glance disk_format the backend a new instance gets, whether
+its image is converted, and the image-type trait the node reports for it.
+Without ``--config-file`` it reads what nova-manage reads
+(``/etc/nova/nova.conf`` and the other default places). It fails when
+``compute_driver`` is not nova-imgtype's driver, and warns of options set
+in nova-imgtype's groups that nothing registers (a misspelt option, which
+nova-compute would ignore).
 """
 
 from __future__ import annotations
@@ -78,8 +83,18 @@ def check(conf: cfg.ConfigOpts, out_format: str) -> int:
             rows = resolution_rows(conf)
         except (cfg.ConfigFileValueError, exception.ImgtypeException,
                 ValueError) as e:
-            print('ERROR: %s' % e, file=sys.stderr)
+            print('ERROR: %s' % cmd.describe(e), file=sys.stderr)
             return 2
+    if conf.compute_driver not in cmd.PLUGIN_DRIVERS:
+        print('ERROR: [DEFAULT]compute_driver is %s, not nova-imgtype\'s '
+              'driver (%s): nova-compute does not use these options' % (
+                  conf.compute_driver or 'not set',
+                  cmd.PLUGIN_DRIVERS[0]), file=sys.stderr)
+        return 2
+    for option in cmd.unknown_options(conf, cmd.OWN_GROUPS):
+        print('WARNING: %s is not an option of Nova or nova-imgtype '
+              '(misspelt?): nova-compute ignores it' % option,
+              file=sys.stderr)
     if out_format == 'json':
         print(json.dumps({
             'images_type': conf.libvirt.images_type,
@@ -130,15 +145,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     CONF.register_cli_opt(command_opt)
     args = hoist_global_opts(sys.argv[1:] if argv is None else argv)
     try:
+        # The files nova-manage reads when none is given
+        # (/etc/nova/nova.conf, ...): oslo.config's defaults for Nova.
         cmd.refuse_special_files(cmd.config_files(
-            args, project='nova', prog='nova-imgtype',
-            default_config_files=[]))
+            args, project='nova', prog='nova-imgtype'))
         with cmd.config_file_errors():
             CONF(args, project='nova', prog='nova-imgtype',
-                 default_config_files=[])
+                 version=cmd.version())
         return check(CONF, CONF.command.out_format)
     except cfg.Error as e:
-        print('ERROR: %s' % e, file=sys.stderr)
+        print('ERROR: %s' % cmd.describe(e), file=sys.stderr)
         return 2
     finally:
         CONF.reset()
@@ -147,7 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run() -> None:
     """Console script entry point."""
-    sys.exit(main())
+    sys.exit(cmd.exit_quietly_on_closed_pipe(main))
 
 
 if __name__ == '__main__':

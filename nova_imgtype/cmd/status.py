@@ -95,7 +95,8 @@ class Checks(upgradecheck.UpgradeCommands):
             cmd.check_as_nova_compute(CONF)
         except (cfg.ConfigFileValueError, ValueError, nova_exception.Invalid,
                 exception.ImgtypeException) as e:
-            return upgradecheck.Result(upgradecheck.Code.FAILURE, str(e))
+            return upgradecheck.Result(upgradecheck.Code.FAILURE,
+                                       cmd.describe(e))
         return upgradecheck.Result(upgradecheck.Code.SUCCESS)
 
     def _check_stock_hooks(self) -> upgradecheck.Result:
@@ -131,18 +132,26 @@ class Checks(upgradecheck.UpgradeCommands):
     )
 
 
+#: oslo.upgradecheck's exit status for a check that could not run (a
+#: config file that cannot be read included), apart from its checks' codes.
+ERROR = 255
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if args == ['--version']:
+        print(cmd.version())
+        return 0
     try:
         cmd.refuse_special_files(cmd.config_files(args, project='nova'))
         with cmd.config_file_errors():   # upgradecheck.main parses them
             result: int = upgradecheck.main(
                 CONF, project='nova', upgrade_command=Checks(), argv=args)
     except cmd.ConfigFileError as e:
-        print('ERROR: %s' % e, file=sys.stderr)
-        return 2
+        print('ERROR: %s' % cmd.describe(e), file=sys.stderr)
+        return ERROR
     return result
 
 
 def run() -> None:
-    sys.exit(main())
+    sys.exit(cmd.exit_quietly_on_closed_pipe(main))

@@ -31,9 +31,12 @@ def _script(name, *args, timeout=120):
                  *args], timeout=timeout)
 
 
-def _conf(tmp_path, body):
+def _conf(tmp_path, body, driver='imgtype.LibvirtDriver'):
+    """A nova.conf of ``body`` for a compute running ``driver`` (the
+    plugin's, which ``check`` requires)."""
     path = tmp_path / 'nova.conf'
-    path.write_text(textwrap.dedent(body))
+    path.write_text('[DEFAULT]\ncompute_driver = %s\n' % driver +
+                    textwrap.dedent(body))
     return str(path)
 
 
@@ -157,12 +160,17 @@ COMMANDS = {
                'check'),
 }
 
+#: Exit code of each command for a config file it cannot read: the status
+#: command's is oslo.upgradecheck's for a check that could not run.
+CONFIG_ERROR = {'check': 2, 'status': 255}
+
 
 @pytest.mark.parametrize('command', COMMANDS)
 @pytest.mark.parametrize('case', MALFORMED)
 def test_malformed_config_file_is_one_error_line(tmp_path, command, case):
     """Both console scripts: a config file that cannot be read or parsed is
-    exit code 2 and one line naming the file and what is wrong; no
+    one line naming the file and what is wrong, and exit code 2 (the
+    status command: oslo.upgradecheck's 255, the checks did not run); no
     traceback, nothing about eventlet."""
     content, what = MALFORMED[case]
     path = tmp_path / 'nova.conf'
@@ -173,7 +181,7 @@ def test_malformed_config_file_is_one_error_line(tmp_path, command, case):
     script, *args = COMMANDS[command]
     proc = _script(script, *(a.format(path) for a in args))
     output = proc.stdout + proc.stderr
-    assert proc.returncode == 2, output
+    assert proc.returncode == CONFIG_ERROR[command], output
     assert proc.stdout == ''
     assert proc.stderr.startswith('ERROR: %s: ' % path), output
     assert proc.stderr.count('\n') == 1 and proc.stderr.endswith('\n')
@@ -201,11 +209,11 @@ def test_import_parses_no_config_file(tmp_path):
     assert 'Traceback' not in proc.stderr
 
 
-def _one_error_line(proc):
+def _one_error_line(proc, code=2):
     """The single ``ERROR:`` line a console script printed, asserting it
-    exited 2 with nothing else (no table, no traceback)."""
+    exited ``code`` with nothing else (no table, no traceback)."""
     output = proc.stdout + proc.stderr
-    assert proc.returncode == 2, output
+    assert proc.returncode == code, output
     assert proc.stdout == '', output
     assert proc.stderr.startswith('ERROR: '), output
     assert proc.stderr.count('\n') == 1 and proc.stderr.endswith('\n'), output
@@ -320,7 +328,8 @@ def test_fifo_config_file_refused_at_once(tmp_path, command, given):
         proc = _script(script, *(a.format(fifo) for a in args), timeout=60)
     except subprocess.TimeoutExpired:
         pytest.fail('%s still waiting on the FIFO after 60s' % script)
-    assert _one_error_line(proc) == '%s: not a regular file (a FIFO)' % fifo
+    assert _one_error_line(proc, CONFIG_ERROR[command]) == (
+        '%s: not a regular file (a FIFO)' % fifo)
 
 
 def test_config_files_as_oslo_config_reads_them(tmp_path):
@@ -359,3 +368,127 @@ def test_status_fails_on_a_nova_whose_code_the_hooks_do_not_fit(
     monkeypatch.setattr(stock, 'broken', lambda: [])
     assert status.Checks()._check_stock_hooks().code == (
         upgradecheck.Code.SUCCESS)
+
+
+# -- as an operator expects of an OpenStack command --------------------------
+
+def test_check_reads_the_config_nova_manage_reads_by_default(tmp_path):
+    """No --config-file: the files oslo.config finds for Nova, as
+    nova-manage and nova-status read them (~/.nova/nova.conf comes before
+    /etc/nova/nova.conf)."""
+    home = tmp_path / 'home'
+    (home / '.nova').mkdir(parents=True)
+    (home / '.nova' / 'nova.conf').write_text(
+        '[DEFAULT]\ncompute_driver = imgtype.LibvirtDriver\n'
+        '[libvirt]\nimages_type = lvm\nimages_volume_group = vg0\n')
+    proc = subprocess.run(
+        [os.path.join(os.path.dirname(sys.executable), 'nova-imgtype'),
+         'check', '--format', 'json'], capture_output=True, text=True,
+        timeout=120, cwd=str(tmp_path),
+        env=dict(os.environ, HOME=str(home), PYTHONPATH=ROOT))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads(proc.stdout)['images_type'] == 'lvm'
+
+
+@pytest.mark.parametrize('driver', ['libvirt.LibvirtDriver', None])
+def test_check_fails_when_nova_compute_runs_another_driver(
+        tmp_path, capsys, driver):
+    """Valid options, but nova-compute does not run the plugin: nothing it
+    says would hold, and the check says why instead."""
+    path = tmp_path / 'nova.conf'
+    path.write_text(('[DEFAULT]\ncompute_driver = %s\n' % driver
+                     if driver else '') + '[libvirt]\nimages_type = qcow2\n')
+    assert manage.main(['check', '--config-file', str(path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ''
+    assert captured.err == (
+        "ERROR: [DEFAULT]compute_driver is %s, not nova-imgtype's driver "
+        "(imgtype.LibvirtDriver): nova-compute does not use these "
+        "options\n" % (driver or 'not set'))
+
+
+def test_check_warns_of_a_misspelt_option_in_its_groups(tmp_path, capsys):
+    """An option nobody registers in [libvirt], [image_cache] or
+    [scheduler] is a warning (nova-compute ignores it without a word);
+    other groups, whose options other libraries register when they load,
+    are not guessed at."""
+    path = _conf(tmp_path, '''
+        [libvirt]
+        images_type = qcow2
+        images_type_maping = raw:lvm
+        [image_cache]
+        template_image_handlr = downloading
+        [keystone_authtoken]
+        anything = 1
+    ''')
+    assert manage.main(['check', '--config-file', path]) == 0
+    captured = capsys.readouterr()
+    assert '| qcow2 ' in captured.out
+    assert captured.err.splitlines() == [
+        'WARNING: %s is not an option of Nova or nova-imgtype (misspelt?): '
+        'nova-compute ignores it' % option
+        for option in ('[image_cache]template_image_handlr',
+                       '[libvirt]images_type_maping')]
+
+
+#: Values oslo.config cannot take: (config, the error's one line).
+BAD_VALUES = {
+    'choice': ('[libvirt]\nimages_type = bogus\n',
+               "[libvirt]images_type in {}: Valid values are [raw, flat, "
+               "qcow2, lvm, rbd, ploop, default], but found 'bogus'"),
+    'boolean': ('[libvirt]\nuse_storage_pools = maybe\n',
+                "[libvirt]use_storage_pools in {}: Unexpected boolean "
+                "value 'maybe'"),
+    'mapping': ('[libvirt]\nimages_type_mapping = raw:nope\n',
+                "[libvirt]images_type_mapping in {}: Invalid "
+                "[libvirt]images_type_mapping entry 'raw:nope': unknown "
+                "backend 'nope'"),
+}
+
+
+@pytest.mark.parametrize('case', BAD_VALUES)
+def test_a_bad_value_is_named_by_group_and_file(tmp_path, case):
+    """One line naming [group]option and the file, not oslo.config's
+    ``LocationInfo(...)`` repr; in the status command's table too."""
+    body, line = BAD_VALUES[case]
+    path = _conf(tmp_path, body)
+    error = _one_error_line(_script('nova-imgtype', 'check',
+                                    '--config-file', path))
+    assert error.startswith(line.format(path)), error
+    assert 'LocationInfo' not in error
+    proc = _script('nova-imgtype-status', '--config-file', path, 'upgrade',
+                   'check')
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    out = ''.join(proc.stdout.replace('|', ' ').split())
+    assert ''.join(line.format(path).split()) in out
+    assert 'LocationInfo' not in proc.stdout
+
+
+@pytest.mark.parametrize('script', ['nova-imgtype', 'nova-imgtype-status'])
+def test_version(script):
+    from importlib import metadata
+    proc = _script(script, '--version')
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip() == metadata.version('nova-imgtype')
+
+
+@pytest.mark.parametrize('command', COMMANDS)
+def test_a_closed_pipe_is_no_traceback(tmp_path, command):
+    """``nova-imgtype check --format json | head``: the reader is gone
+    before the command writes (a pipe with no reader, as deterministic as
+    it gets); the command stops quietly with the shell's SIGPIPE status."""
+    path = _conf(tmp_path, '[libvirt]\nimages_type = qcow2\n')
+    script, *args = COMMANDS[command]
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run(
+            [os.path.join(os.path.dirname(sys.executable), script),
+             *(a.format(path) for a in args)],
+            stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120,
+            env=dict(os.environ, PYTHONPATH=ROOT))
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 141, proc.stderr
+    assert 'Traceback' not in proc.stderr
+    assert 'BrokenPipe' not in proc.stderr
