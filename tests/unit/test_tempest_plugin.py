@@ -143,7 +143,7 @@ def test_plugin_tests_load_with_unittest_discovery():
         'nova_imgtype']
     assert (test_dir, top_level_dir) == ext.obj.load_tests()
     assert os.path.isdir(test_dir)
-    assert os.path.isdir(os.path.join(top_level_dir, 'nova_imgtype'))
+    assert os.path.isdir(os.path.join(top_level_dir, 'nova_imgtype_tempest_plugin'))
 
     loader = unittest.TestLoader()
     suite = loader.discover(test_dir, top_level_dir=top_level_dir)
@@ -186,7 +186,7 @@ def test_tempest_list_plugins_lists_it(tmp_path):
     assert result.returncode == 0, result.stderr
     assert re.search(
         r'\|\s*nova_imgtype\s*\|\s*'
-        r'nova_imgtype\.tempest\.plugin:NovaImgtypeTempestPlugin\s*\|',
+        r'nova_imgtype_tempest_plugin\.plugin:NovaImgtypeTempestPlugin\s*\|',
         result.stdout), result.stdout
 
 
