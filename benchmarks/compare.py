@@ -11,7 +11,8 @@ patch of the machine falls on both. Stock's rows run the same stock code
 on both sides: their ratio is the run's own noise, shown next to the
 plugin's.
 
-Writes ``results/compare.{md,json}`` (``--output NAME``: ``NAME.*``);
+Writes ``results/compare.{md,json}`` (``--output NAME``: ``NAME.*``; the
+json also holds every row each side measured, under ``runs``);
 exits 1 when a plugin figure is more than ``LIMIT`` slower than the
 base's (after/before above 1 + LIMIT), so it can be a check. The
 profile benchmark is compared by its total per disk only (its steps are
@@ -236,9 +237,12 @@ def main(argv: list[str]) -> int:
     results = os.path.join(HERE, 'results')
     os.makedirs(results, exist_ok=True)
     with open(os.path.join(results, args.output + '.json'), 'w') as f:
+        # 'runs': every row each side measured (stock's next to the
+        # plugin's), for what the comparison does not show, e.g. each
+        # plugin figure against stock's on the head.
         json.dump({'machine': info, 'base': base, 'head': head,
-                   'rounds': args.rounds, 'limit': LIMIT, 'rows': rows},
-                  f, indent=2)
+                   'rounds': args.rounds, 'limit': LIMIT, 'rows': rows,
+                   'runs': runs}, f, indent=2)
     md = to_markdown(rows, base[:7], head[:7], args.rounds, info)
     with open(os.path.join(results, args.output + '.md'), 'w') as f:
         f.write(md)
