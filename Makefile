@@ -37,7 +37,7 @@ $(error NOVA=$(NOVA): no $(CONSTRAINTS); releases: $(patsubst constraints/%.txt,
 endif
 
 .PHONY: all demo test unit functional real bench bench-compare pep8 genconfig venv clean \
-	gate gate-venv
+	gate gate-venv docs releasenotes
 
 all: test
 
@@ -118,6 +118,13 @@ bench-compare: gate-venv
 pep8: venv
 	$(VENV)/bin/ruff check nova_imgtype nova_imgtype_testing nova tests benchmarks gate $(TEMPEST_PLUGIN)
 	$(VENV)/bin/mypy nova_imgtype nova_imgtype_testing gate benchmarks $(TEMPEST_PLUGIN)/nova_imgtype_tempest_plugin
+
+# The manual and the release notes, warnings as errors (tox, from the venv).
+docs: venv
+	$(VENV)/bin/tox -e docs
+
+releasenotes: venv
+	$(VENV)/bin/tox -e releasenotes
 
 genconfig: venv
 	$(VENV)/bin/oslo-config-generator --config-file etc/oslo-config-generator/nova-imgtype.conf
