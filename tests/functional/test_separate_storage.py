@@ -49,7 +49,7 @@ class _MovesBase(base.SeparateStorageTestBase):
         image = self.create_image('qcow2', size_mb=4)
         server = self.boot_server(image['id'], host='compute1')
         self.write_guest('compute1', self.disk_of(server, 'compute1'),
-                         *DATA)
+                         self.domain_format('compute1', server), *DATA)
         return server
 
     def disk_of(self, server: dict[str, Any], host: str) -> str:
@@ -67,6 +67,7 @@ class _MovesBase(base.SeparateStorageTestBase):
     def assert_runs_on(self, server: dict[str, Any], host: str) -> None:
         self.assertEqual(host, server['OS-EXT-SRV-ATTR:host'])
         self.assertTrue(self.guest_has(host, self.disk_of(server, host),
+                                       self.domain_format(host, server),
                                        *DATA),
                         'guest data lost on %s' % host)
 
@@ -134,9 +135,11 @@ class FileDisksTest(_MovesBase):
         self.assertEqual(whole, self.owned_by(server, 'compute2'))
         self.assertEqual(whole, self.owned_by(server, 'compute1'))
         self.assertFalse(self.guest_has(
-            'compute2', self.disk_of(server, 'compute2'), *DATA))
+            'compute2', self.disk_of(server, 'compute2'),
+            self.domain_format('compute2', server), *DATA))
         self.assertTrue(self.guest_has(
-            'compute1', self.disk_of(server, 'compute1'), *DATA))
+            'compute1', self.disk_of(server, 'compute1'),
+            self.domain_format('compute1', server), *DATA))
 
         # compute1 comes back: it destroys the evacuated instance there,
         # disks included (not shared), and nothing on compute2.
