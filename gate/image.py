@@ -23,8 +23,8 @@ handled alike. Write only while no QEMU holds the disk (server SHUTOFF).
 CLI::
 
     python -m gate.image make OUT [--format raw|qcow2|vhdx]
-    python -m gate.image write-marker DISK TEXT --format FMT [--nsenter 'argv...']
-    python -m gate.image read-marker DISK LENGTH --format FMT [--nsenter 'argv...']
+    python -m gate.image write-marker DISK TEXT --format FMT [--nsenter ARGV]
+    python -m gate.image read-marker DISK LENGTH --format FMT [--nsenter ARGV]
 """
 
 from __future__ import annotations
