@@ -126,6 +126,25 @@ class SeparateStorageTestBase(functional.ImgtypeServersTestBase):
         with self.hosts.running_as(host):
             return functional.qemu_img_info(path)
 
+    def domain_disks(self, host: str,
+                     server: Mapping[str, Any] | str) -> dict[str, str]:
+        """``{name: format}`` of each disk (``device='disk'``) of the
+        instance's domain on ``host``: a file's base name (``disk``,
+        ``disk.eph0``, ``disk.swap``) or a volume's name, and the format
+        the domain gives QEMU for it."""
+        uuid = server if isinstance(server, str) else server['id']
+        conn = self.computes[host].driver._host.get_connection()
+        xml = ElementTree.fromstring(
+            conn.lookupByUUIDString(uuid).XMLDesc(0))
+        disks = {}
+        for disk in xml.findall("./devices/disk[@device='disk']"):
+            source, driver = disk.find('source'), disk.find('driver')
+            assert source is not None and driver is not None
+            name = (source.get('volume') or
+                    os.path.basename(source.get('file', '')))
+            disks[name] = driver.get('type', '')
+        return disks
+
     def domain_format(self, host: str, server: Mapping[str, Any] | str,
                       device: str = 'disk') -> str:
         """The format the instance's domain on ``host`` gives QEMU for its
