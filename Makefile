@@ -7,7 +7,8 @@
 #                 measures boot times on both drivers too; PROFILE=ceph
 #                 judges the Ceph profile's cloud (both computes and Glance
 #                 on one Ceph cluster) instead
-# Both set up what is missing: Debian packages from bindep.txt (as root),
+# Both set up what is missing: Debian packages from bindep.txt (as root;
+# make demo only the demo profile's: no database, message queue or Ceph),
 # a .venv, and the Python packages pinned by constraints/$(NOVA).txt.
 #
 # NOVA=<release> picks the Nova release to run on: 2026.2 (Nova 34, the
@@ -37,7 +38,7 @@ $(error NOVA=$(NOVA): no $(CONSTRAINTS); releases: $(patsubst constraints/%.txt,
 endif
 
 .PHONY: all demo test unit functional real bench bench-compare pep8 genconfig venv clean \
-	gate gate-venv
+	gate gate-venv test-venv docs releasenotes
 
 all: test
 
@@ -46,13 +47,20 @@ $(PY):
 	$(PIP) install -q --disable-pip-version-check -U pip setuptools wheel
 
 # System packages come first: libvirt-python builds against libvirt-dev.
-$(VENV)/.stamp-system: bindep.txt | $(PY)
+# The demo's profile is what a venv and make demo need (no database,
+# message queue or Ceph); the tests' adds the real tier's Ceph and the
+# gate's cloud.
+$(VENV)/.stamp-system-demo: bindep.txt | $(PY)
 	$(PIP_INSTALL) bindep
-	tools/install-system-packages.sh $(VENV)/bin/bindep
+	tools/install-system-packages.sh $(VENV)/bin/bindep demo
+	touch $@
+
+$(VENV)/.stamp-system: $(VENV)/.stamp-system-demo bindep.txt
+	tools/install-system-packages.sh $(VENV)/bin/bindep test
 	tools/link-ceph-bindings $(PY)
 	touch $@
 
-$(VENV)/.stamp-python: $(VENV)/.stamp-system $(CONSTRAINTS) requirements.txt test-requirements.txt
+$(VENV)/.stamp-python: $(VENV)/.stamp-system-demo $(CONSTRAINTS) requirements.txt test-requirements.txt
 	$(PIP_INSTALL) -r requirements.txt -r test-requirements.txt
 	touch $@
 
@@ -77,8 +85,11 @@ $(VENV)/.stamp-tempest-plugin: $(VENV)/.stamp-python $(TEMPEST_PLUGIN)/setup.cfg
 
 venv: $(VENV)/.stamp-self $(VENV)/.stamp-tempest-plugin
 
+# What the test tiers need on top: the test profile's system packages.
+test-venv: venv $(VENV)/.stamp-system
+
 # The gate's services (keystone, glance, uwsgi, ...), next to Nova.
-$(VENV)/.stamp-gate: $(VENV)/.stamp-self $(VENV)/.stamp-tempest-plugin gate/requirements.txt $(CONSTRAINTS)
+$(VENV)/.stamp-gate: $(VENV)/.stamp-self $(VENV)/.stamp-tempest-plugin $(VENV)/.stamp-system gate/requirements.txt $(CONSTRAINTS)
 	@test "$(NOVA)" = "$(DEFAULT_NOVA)" || { \
 	    echo "make gate runs on NOVA=$(DEFAULT_NOVA) only"; exit 2; }
 	$(PIP_INSTALL) -r gate/requirements.txt
@@ -86,16 +97,16 @@ $(VENV)/.stamp-gate: $(VENV)/.stamp-self $(VENV)/.stamp-tempest-plugin gate/requ
 
 gate-venv: $(VENV)/.stamp-gate
 
-test: $(if $(filter $(DEFAULT_NOVA),$(NOVA)),gate-venv,venv)
+test: $(if $(filter $(DEFAULT_NOVA),$(NOVA)),gate-venv,test-venv)
 	$(PY) -m pytest $(TIERS) $(PYTEST_ARGS)
 
-unit: venv
+unit: test-venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-functional: venv
+functional: test-venv
 	$(PY) -m pytest tests/functional $(PYTEST_ARGS)
 
-real: venv
+real: test-venv
 	$(PY) -m pytest tests/real $(PYTEST_ARGS)
 
 gate: gate-venv
@@ -118,6 +129,18 @@ bench-compare: gate-venv
 pep8: venv
 	$(VENV)/bin/ruff check nova_imgtype nova_imgtype_testing nova tests benchmarks gate $(TEMPEST_PLUGIN)
 	$(VENV)/bin/mypy nova_imgtype nova_imgtype_testing gate benchmarks $(TEMPEST_PLUGIN)/nova_imgtype_tempest_plugin
+
+# The manual and the release notes, warnings as errors: tox (pinned, in the
+# venv) builds each in an environment of its own.
+$(VENV)/.stamp-tox: $(CONSTRAINTS) | $(PY)
+	$(PIP_INSTALL) tox
+	touch $@
+
+docs: $(VENV)/.stamp-tox
+	$(VENV)/bin/tox -e docs
+
+releasenotes: $(VENV)/.stamp-tox
+	$(VENV)/bin/tox -e releasenotes
 
 genconfig: venv
 	$(VENV)/bin/oslo-config-generator --config-file etc/oslo-config-generator/nova-imgtype.conf

@@ -210,6 +210,48 @@ def check_live_migration(cloud: B.Cloud, conn: Any,
     return '%s; no SSH' % '; '.join(said)
 
 
+def check_cold_move_after_live_arrival(cloud: B.Cloud, conn: Any,
+                                       res: Mapping[str, Any]) -> str:
+    # Issue 33, 3: a running instance live-migrated into the pools (its
+    # domain names the volume by its path until the guest's next start),
+    # cold-migrated back at once, running: it ends ACTIVE on the host
+    # without pools, its marker read back in the domain's format, nothing
+    # of it left in the pool.
+    pools_host, files_host = B.hosts(cloud)
+    server = B.boot(conn, res, 'qcow2', files_host)
+    try:
+        server, marker = _running_marked(cloud, conn, server)
+        server, there = _live_migrate(cloud, conn, server, pools_host,
+                                      marker, 'volume')
+        conn.compute.migrate_server(server)
+        server = B.wait(conn, server, 'VERIFY_RESIZE')
+        if B.host_of(server) != files_host:
+            raise B.CheckFailed('the cold move of %s after its live arrival '
+                                'went to %s' % (server.id,
+                                                B.host_of(server)))
+        conn.compute.confirm_server_resize(server)
+        server = B.wait(conn, server, 'ACTIVE')
+        c, path, kind, fmt = B.disk(cloud, server)
+        got = image.read_marker(path, len(marker), fmt=fmt,
+                                argv_prefix=c['nsenter'])
+        if got != marker:
+            raise B.CheckFailed('after the cold move %s -> %s that followed '
+                                'a live arrival, the %s disk %s reads %r, '
+                                'not %r' % (pools_host, files_host, kind,
+                                            path, got, marker))
+        left = B.left_on(cloud, pools_host, server)
+        if left:
+            raise B.CheckFailed('after the cold move %s -> %s, left on %s: '
+                                '%s' % (pools_host, files_host, pools_host,
+                                        ', '.join(left)))
+        return ('%s; then cold-moved at once %s -> %s: marker read back '
+                'from the %s %s (%s), nothing left on %s' % (
+                    there, pools_host, files_host, kind,
+                    os.path.basename(path), fmt, pools_host))
+    finally:
+        conn.compute.delete_server(server)
+
+
 # -- a compute without nova-imgtype -------------------------------------------
 
 def _imgtype_traits(conn: Any, host: str) -> tuple[str, list[str], int]:

@@ -182,6 +182,7 @@ CHECKS: dict[str, Callable[[B.Cloud, Any, Mapping[str, Any]], str]] = {
     'resize-revert': moves.check_resize_revert,
     'pools-to-files': moves.check_pools_to_files,
     'live-migration': moves.check_live_migration,
+    'cold-after-live': moves.check_cold_move_after_live_arrival,
     'stock-destination': moves.check_stock_destination,
 }
 

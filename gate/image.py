@@ -23,8 +23,8 @@ handled alike. Write only while no QEMU holds the disk (server SHUTOFF).
 CLI::
 
     python -m gate.image make OUT [--format raw|qcow2|vhdx]
-    python -m gate.image write-marker DISK TEXT [--nsenter 'argv...']
-    python -m gate.image read-marker DISK LENGTH [--nsenter 'argv...']
+    python -m gate.image write-marker DISK TEXT --format FMT [--nsenter ARGV]
+    python -m gate.image read-marker DISK LENGTH --format FMT [--nsenter ARGV]
 """
 
 from __future__ import annotations
@@ -223,10 +223,12 @@ def disk_format(path: StrPath, argv_prefix: Sequence[str] = ()) -> str:
     return str(json.loads(out)['format'])
 
 
-def write_marker(path: StrPath, marker: bytes | str,
-                 fmt: str | None = None, argv_prefix: Sequence[str] = (),
+def write_marker(path: StrPath, marker: bytes | str, *, fmt: str,
+                 argv_prefix: Sequence[str] = (),
                  offset: int = MARKER_OFFSET) -> None:
-    """Write ``marker`` into the guest data of the disk at ``path``.
+    """Write ``marker`` into the guest data of the disk at ``path``, in
+    format ``fmt``: the one the domain gives QEMU, never one probed from
+    the disk's bytes (a guest's raw disk may hold a qcow2 header).
 
     Through ``qemu-io`` (one ``write -P`` per byte: no file to share with
     the namespace ``argv_prefix`` enters), so a qcow2 overlay gets the
@@ -236,7 +238,6 @@ def write_marker(path: StrPath, marker: bytes | str,
     data = marker.encode() if isinstance(marker, str) else bytes(marker)
     if not 0 < len(data) <= MARKER_MAX:
         raise ValueError('marker of 1 to %d bytes' % MARKER_MAX)
-    fmt = fmt or disk_format(path, argv_prefix)
     cmds: list[str] = []
     for i, byte in enumerate(data):
         cmds += ['-c', 'write -q -P 0x%02x %d 1' % (byte, offset + i)]
@@ -259,14 +260,14 @@ def parse_qemu_io_dump(out: str) -> bytes:
     return bytes(data)
 
 
-def read_marker(path: StrPath, length: int, fmt: str | None = None,
+def read_marker(path: StrPath, length: int, *, fmt: str,
                 argv_prefix: Sequence[str] = (),
                 offset: int = MARKER_OFFSET) -> bytes:
-    """``length`` bytes of the guest data at ``offset`` (through the whole
-    backing chain; shared lock, so a running guest's disk can be read)."""
+    """``length`` bytes of the guest data at ``offset``, read in format
+    ``fmt`` (the domain's, as for :func:`write_marker`), through the whole
+    backing chain; shared lock, so a running guest's disk can be read."""
     if not 0 < length <= MARKER_MAX:
         raise ValueError('length of 1 to %d bytes' % MARKER_MAX)
-    fmt = fmt or disk_format(path, argv_prefix)
     out = _run([*argv_prefix, 'qemu-io', '-r', '-U', '-f', fmt, '-c',
                 'read -v %d %d' % (offset, length), os.fspath(path)])
     data = parse_qemu_io_dump(out)
@@ -290,15 +291,17 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument('--nsenter', default='',
                        help='argv prefix entering a namespace (one string)')
         p.add_argument('--offset', type=int, default=MARKER_OFFSET)
+        p.add_argument('--format', required=True, dest='fmt',
+                       help='the format the domain gives QEMU')
     args = parser.parse_args(argv)
     if args.cmd == 'make':
         print(make_image(args.out, args.format, args.size))
     elif args.cmd == 'write-marker':
-        write_marker(args.disk, args.marker,
+        write_marker(args.disk, args.marker, fmt=args.fmt,
                      argv_prefix=shlex.split(args.nsenter),
                      offset=args.offset)
     else:
-        data = read_marker(args.disk, int(args.length),
+        data = read_marker(args.disk, int(args.length), fmt=args.fmt,
                            argv_prefix=shlex.split(args.nsenter),
                            offset=args.offset)
         sys.stdout.write(data.decode('latin-1') + '\n')

@@ -19,8 +19,11 @@ and Glance's API (Nova's GlanceFixture, serving the real image bytes).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
+import statistics
 import sys
+import tempfile
 import time
 import unittest
 from collections.abc import Callable
@@ -62,10 +65,16 @@ IMAGES: dict[str, tuple[int, int]] = {
 
 MiB = 1024 * 1024
 
+#: Boots of each image on a given node (each from its own copy of the
+#: image, so that each is a first boot on an empty cache): the time to
+#: make the disks is their median, shown with its spread.
+RUNS = 3
+
 
 @dataclasses.dataclass
 class Row:
-    """One boot: what was asked and what happened."""
+    """The boots of one image asked for one node (or any): what was asked
+    and what happened."""
 
     cloud: str
     image: str
@@ -76,7 +85,7 @@ class Row:
     template: str = '-'
     converted: str = '-'
     cache_bytes: int | None = None
-    prep_s: float | None = None
+    prep: list[float] = dataclasses.field(default_factory=list)
     traits: str = '-'
 
 
@@ -177,11 +186,12 @@ def make_demo_case(stock: bool, rows: list[Row],
             if libvirt_uri:
                 self.conn = self.use_real_pools(libvirt_uri)
 
-        def serve(self, fmt: str) -> dict[str, Any]:
+        def serve(self, fmt: str, copy: int) -> dict[str, Any]:
             virtual_mb, data_mb = IMAGES[fmt]
             raw = os.path.join(self._image_dir, 'demo-%s.raw' % fmt)
-            _write_image_data(raw, virtual_mb, data_mb)
-            return self.serve_file(raw, fmt, name='demo-%s' % fmt,
+            if not os.path.exists(raw):
+                _write_image_data(raw, virtual_mb, data_mb)
+            return self.serve_file(raw, fmt, name='demo-%s-%d' % (fmt, copy),
                                    virtual_size=virtual_mb * MiB,
                                    compressed=fmt == 'qcow2')
 
@@ -201,22 +211,33 @@ def make_demo_case(stock: bool, rows: list[Row],
                     self._node_instances_path(host))
                 os.makedirs(self._node_instances_path(host))
                 self.start_node(host, flags=flags, **options)
-            images = {fmt: self.serve(fmt) for fmt in IMAGES}
+            # Each boot on a given node from its own copy of the image: a
+            # first boot each time. "Any host" (the scheduler's choice,
+            # one boot) shows where an image can go; the stock cloud has
+            # one node, which every boot there gets.
+            copies = {fmt: [self.serve(fmt, n) for n in range(RUNS)]
+                      for fmt in IMAGES}
             requests: list[tuple[str, str | None]] = [
                 (fmt, None) for fmt in IMAGES]
             if not stock:
                 requests += [(fmt, host) for fmt in IMAGES for host in nodes]
             for n, (fmt, target) in enumerate(requests, 1):
-                progress('[%d/%d] boot %s image on %s' % (
-                    n, len(requests), fmt, target or 'any host'))
-                self._boot(images[fmt], fmt, target, rows)
+                runs = RUNS if (stock or target) else 1
+                progress('[%d/%d] boot %s image on %s%s' % (
+                    n, len(requests), fmt, target or 'any host',
+                    ' (%d times)' % runs if runs > 1 else ''))
+                row = Row('nova-imgtype' if not stock else 'stock Nova',
+                          '%s (%d MiB)' % (fmt, IMAGES[fmt][0]),
+                          target or 'any')
+                rows.append(row)
+                for image in copies[fmt][:runs]:
+                    if not self._boot(image, target, row):
+                        break
 
-        def _boot(self, image: dict[str, Any], fmt: str, host: str | None,
-                  rows: list[Row]) -> None:
-            row = Row('nova-imgtype' if not stock else 'stock Nova',
-                      '%s (%d MiB)' % (fmt, IMAGES[fmt][0]),
-                      host or 'any')
-            rows.append(row)
+        def _boot(self, image: dict[str, Any], host: str | None,
+                  row: Row) -> bool:
+            """One boot of ``image`` into ``row``; whether it went ACTIVE
+            (the first one fills the row, each adds its time)."""
             body = self._build_server(None, image['id'], '1', 'none', None,
                                       host)
             try:
@@ -224,7 +245,7 @@ def make_demo_case(stock: bool, rows: list[Row],
                     self.admin_api.post_server({'server': body}))
             except api_client.OpenStackApiException as e:
                 row.status = 'API: %s' % e
-                return
+                return False
             row.status = server['status']
             if server['status'] != 'ACTIVE':
                 fault = server.get('fault', {}).get('message', '')
@@ -232,9 +253,12 @@ def make_demo_case(stock: bool, rows: list[Row],
                 why = fault.rpartition(' aborted: ')[2]
                 row.status = 'ERROR: %s' % why.strip().replace(
                     'Image %s is' % image['id'], 'image is')
-                return
+                return False
+            if server['id'] in self.prep:
+                row.prep.append(self.prep[server['id']])
+            if row.host != '-':
+                return True
             row.host = server['OS-EXT-SRV-ATTR:host']
-            row.prep_s = self.prep.get(server['id'])
             row.traits = _traits_text(set(self._get_provider_traits(
                 self._get_provider_uuid_by_host(row.host))))
             with self.on_compute(row.host):
@@ -253,8 +277,10 @@ def make_demo_case(stock: bool, rows: list[Row],
             if template and os.path.exists(template):
                 tfmt = functional.qemu_img_info(template)['format']
                 row.template = tfmt
-                row.converted = 'yes' if tfmt != fmt else 'no'
+                row.converted = ('yes' if tfmt != image['disk_format']
+                                 else 'no')
                 row.cache_bytes = os.stat(template).st_blocks * 512
+            return True
 
         def _wait_done(self, server: dict[str, Any]) -> dict[str, Any]:
             """The server once its build is over (ACTIVE or ERROR)."""
@@ -301,25 +327,62 @@ def make_demo_case(stock: bool, rows: list[Row],
     return DemoCloud('runTest')
 
 
+#: The widest the table may be (a terminal of 120 columns).
+WIDTH = 120
+
+
+def _errors(rows: list[Row]) -> list[str]:
+    """The error messages of the rows, each once, in order: the table
+    names them by number."""
+    return list(dict.fromkeys(r.status for r in rows
+                              if r.status != 'ACTIVE'))
+
+
+def prep_text(times: list[float]) -> str:
+    """The time to make the disks: one boot's, or the median of several
+    with their range."""
+    if not times:
+        return '-'
+    if len(times) == 1:
+        return '%.2f s' % times[0]
+    return '%.2f s (%.2f-%.2f)' % (statistics.median(times), min(times),
+                                   max(times))
+
+
 def format_rows(rows: list[Row]) -> str:
+    """The table: one line per image and node asked, grouped by image,
+    stock's next to ours; errors by number (:func:`notes`)."""
     from nova_imgtype.cmd.manage import format_table
 
     def mib(n: int | None) -> str:
         return '-' if n is None else '%.1f MiB' % (n / MiB)
 
-    # Grouped by image (in the order they were booted), stock next to ours.
+    errors = _errors(rows)
     order = {image: n for n, image in
              enumerate(dict.fromkeys(r.image for r in rows))}
     table = []
     for r in sorted(rows, key=lambda r: order[r.image]):
         table.append({
-            'image': r.image, 'cloud': r.cloud, 'asked': r.requested,
-            'host': r.host, 'result': r.status, 'backend': r.backend,
-            'template': r.template, 'converted': r.converted,
-            'cache': mib(r.cache_bytes),
-            'disk prep': '-' if r.prep_s is None else '%.3f s' % r.prep_s,
-            'host traits': r.traits})
+            'image': r.image.split(' ')[0], 'cloud': r.cloud.split(' ')[0],
+            'asked': r.requested, 'host': r.host,
+            'result': ('ACTIVE' if r.status == 'ACTIVE' else
+                       'ERROR (%d)' % (errors.index(r.status) + 1)),
+            'backend': r.backend, 'template': r.template,
+            'converted': r.converted, 'cache': mib(r.cache_bytes),
+            'disk prep': prep_text(r.prep)})
     return format_table(table)
+
+
+def notes(rows: list[Row]) -> list[str]:
+    """What the table's numbers and columns mean."""
+    lines = ['(%d) %s' % (n, error)
+             for n, error in enumerate(_errors(rows), 1)]
+    traits = {r.host: r.traits for r in rows if r.host != '-'}
+    if traits:
+        lines.append('Image-type traits each host reports to placement:')
+        lines += ['  %-13s %s' % (host, text)
+                  for host, text in sorted(traits.items())]
+    return lines
 
 
 def collect(progress: Callable[[str], None]) -> tuple[list[Row], list[str]]:
@@ -352,7 +415,15 @@ def collect(progress: Callable[[str], None]) -> tuple[list[Row], list[str]]:
             progress('--- %s ---' % ('stock Nova' if stock else
                                      'nova-imgtype'))
             result = unittest.TestResult()
-            make_demo_case(stock, rows, progress, uri).run(result)
+            case = make_demo_case(stock, rows, progress, uri)
+            try:
+                case.run(result)
+            except KeyboardInterrupt:
+                # unittest leaves a test's clean-ups to its end, which an
+                # interrupt skips: the services, the files and the pools
+                # are removed here.
+                case.doCleanups()
+                raise
             failed += [trace for _case, trace in
                        result.errors + result.failures]
     finally:
@@ -361,10 +432,30 @@ def collect(progress: Callable[[str], None]) -> tuple[list[Row], list[str]]:
     return rows, failed
 
 
-def run(out: TextIO = sys.stdout) -> int:
-    """Run the demo; print progress and the table to ``out``.
+def _log_to_file() -> str:
+    """Send every log record (Nova's, its libraries', warnings) to a file
+    of its own instead of the terminal: the demo prints its progress and
+    its results. Returns the file's path."""
+    fd, path = tempfile.mkstemp(prefix='nova-imgtype-demo-', suffix='.log')
+    os.close(fd)
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter(
+        '%(asctime)s %(levelname)s %(name)s %(message)s'))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    logging.captureWarnings(True)
+    return path
 
-    :returns: 0, or 1 if anything went wrong (said after the table).
+
+def run(out: TextIO = sys.stdout, log: bool = True) -> int:
+    """Run the demo; print progress and the table to ``out`` (Nova's log
+    to a file it names, unless ``log`` is False).
+
+    :returns: 0, 1 if anything went wrong (said after the table), 130
+        when interrupted (one line, once everything is cleaned up).
     """
     started = time.perf_counter()
 
@@ -372,18 +463,36 @@ def run(out: TextIO = sys.stdout) -> int:
         out.write('[%5.1fs] %s\n' % (time.perf_counter() - started, msg))
         out.flush()
 
-    rows, failed = collect(progress)
+    if log:
+        progress("Nova's log: %s" % _log_to_file())
+    try:
+        rows, failed = collect(progress)
+    except KeyboardInterrupt:
+        out.write('\nInterrupted: the demo stopped and removed what it '
+                  'made.\n')
+        return 130
     out.write('\nNodes of the nova-imgtype cloud (request filter on):\n')
     for host, (what, _options) in NODES.items():
         out.write('  %-13s %s\n' % (host, what))
-    out.write('  %-13s %s\n\n' % (STOCK_NODE, STOCK_DESCRIPTION))
+    out.write('  %-13s %s\n' % (STOCK_NODE, STOCK_DESCRIPTION))
+    out.write('Images: %s.\n\n' % ', '.join(
+        '%s (%d MiB, %d MiB of data)' % (fmt, size, data)
+        for fmt, (size, data) in IMAGES.items()))
     out.write(format_rows(rows) + '\n')
-    out.write('\nEvery node boots aki, ami, ari and iso images (raw bytes).')
-    out.write('\n"template" is the format of the image cache file the '
-              'disk was made from, "cache" what it takes on disk, "disk '
-              'prep" the time to make the instance disks (download and '
-              'conversion included). Finished in %.0f s.\n'
-              % (time.perf_counter() - started))
+    for line in notes(rows):
+        out.write(line + '\n')
+    out.write(
+        '\n"asked" any: the scheduler\'s choice among the nodes that can '
+        'serve the image (they weigh the same here, so the choice may '
+        'differ from run to run); a node: the image booted there %d '
+        'times, '
+        'each from its own copy of the image (a first boot each time). '
+        '"disk prep" is the time to make the instance disks (download and '
+        'conversion included): the median of those boots (fastest-slowest)'
+        ', one boot for "any". "template" is the format of the image cache '
+        'file the disk was made from, "cache" what it takes on disk. Every '
+        'node boots aki, ami, ari and iso images (raw bytes). Finished in '
+        '%.0f s.\n' % (RUNS, time.perf_counter() - started))
     for trace in failed:
         out.write('\nThe demo failed:\n%s\n' % trace)
     return 1 if failed or not rows else 0

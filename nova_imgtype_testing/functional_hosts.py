@@ -22,7 +22,9 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from typing import Any
+from xml.etree import ElementTree
 
 import fixtures
 import libvirt
@@ -124,31 +126,69 @@ class SeparateStorageTestBase(functional.ImgtypeServersTestBase):
         with self.hosts.running_as(host):
             return functional.qemu_img_info(path)
 
-    def qemu_io(self, host: str, path: str, command: str) -> str:
-        """Run ``qemu-io -c command path`` as ``host`` (so that backing
-        files resolve on its storage); returns the output."""
+    def domain_disks(self, host: str,
+                     server: Mapping[str, Any] | str) -> dict[str, str]:
+        """``{name: format}`` of each disk (``device='disk'``) of the
+        instance's domain on ``host``: a file's base name (``disk``,
+        ``disk.eph0``, ``disk.swap``) or a volume's name, and the format
+        the domain gives QEMU for it."""
+        uuid = server if isinstance(server, str) else server['id']
+        conn = self.computes[host].driver._host.get_connection()
+        xml = ElementTree.fromstring(
+            conn.lookupByUUIDString(uuid).XMLDesc(0))
+        disks = {}
+        for disk in xml.findall("./devices/disk[@device='disk']"):
+            source, driver = disk.find('source'), disk.find('driver')
+            assert source is not None and driver is not None
+            name = (source.get('volume') or
+                    os.path.basename(source.get('file', '')))
+            disks[name] = driver.get('type', '')
+        return disks
+
+    def domain_format(self, host: str, server: Mapping[str, Any] | str,
+                      device: str = 'disk') -> str:
+        """The format the instance's domain on ``host`` gives QEMU for its
+        first disk of ``device`` (``<driver type>``): a guest's data are
+        read and written in it, never in a format probed from the disk's
+        bytes (a raw disk holding a qcow2 header is raw to its guest)."""
+        uuid = server if isinstance(server, str) else server['id']
+        conn = self.computes[host].driver._host.get_connection()
+        xml = ElementTree.fromstring(
+            conn.lookupByUUIDString(uuid).XMLDesc(0))
+        disk = xml.find("./devices/disk[@device='%s']" % device)
+        driver = disk.find('driver') if disk is not None else None
+        fmt = driver.get('type') if driver is not None else None
+        if not fmt:
+            raise AssertionError('no format for the %s of %s on %s: %s' % (
+                device, uuid, host, ElementTree.tostring(xml).decode()))
+        return fmt
+
+    def qemu_io(self, host: str, path: str, fmt: str, command: str) -> str:
+        """Run ``qemu-io -f fmt -c command path`` as ``host`` (so that
+        backing files resolve on its storage); returns the output."""
         with self.hosts.running_as(host):
-            out = subprocess.run(['qemu-io', '-c', command, path],
+            out = subprocess.run(['qemu-io', '-f', fmt, '-c', command, path],
                                  capture_output=True, text=True)
         if out.returncode != 0:
             raise AssertionError('qemu-io -c %r %s on %s: %s' % (
                 command, path, host, out.stderr.strip() or out.stdout))
         return out.stdout
 
-    def write_guest(self, host: str, path: str, offset: int,
+    def write_guest(self, host: str, path: str, fmt: str, offset: int,
                     length: int, pattern: int) -> None:
         """Write ``length`` bytes of ``pattern`` at ``offset`` of the guest
-        disk at ``path`` of ``host``."""
-        self.qemu_io(host, path, 'write -P %d %d %d'
+        disk at ``path`` of ``host``, in format ``fmt`` (the domain's)."""
+        self.qemu_io(host, path, fmt, 'write -P %d %d %d'
                      % (pattern, offset, length))
 
-    def guest_has(self, host: str, path: str, offset: int, length: int,
-                  pattern: int) -> bool:
-        """Whether the guest disk at ``path`` of ``host`` holds ``pattern``
-        over ``[offset, offset + length)``."""
+    def guest_has(self, host: str, path: str, fmt: str, offset: int,
+                  length: int, pattern: int) -> bool:
+        """Whether the guest disk at ``path`` of ``host``, read in format
+        ``fmt`` (the domain's), holds ``pattern`` over ``[offset, offset +
+        length)``."""
         command = 'read -P %d %d %d' % (pattern, offset, length)
         with self.hosts.running_as(host):
-            out = subprocess.run(['qemu-io', '-c', command, path],
+            out = subprocess.run(['qemu-io', '-f', fmt, '-c', command, path],
                                  capture_output=True, text=True)
         if 'Pattern verification failed' in out.stdout + out.stderr:
             return False

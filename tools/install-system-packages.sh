@@ -1,10 +1,12 @@
 #!/bin/bash
-# Install the Debian packages bindep.txt lists for the "test" profile that are
-# missing on this machine. As root they are installed; otherwise the exact
-# command to run is printed and we fail, so nothing is silently skipped.
+# Install the Debian packages bindep.txt lists for a profile (test by
+# default; make demo: demo) that are missing on this machine. As root they
+# are installed; otherwise the exact command to run is printed and we fail,
+# so nothing is silently skipped.
 set -eu
-bindep=${1:?usage: $0 path/to/bindep}
-missing=$("$bindep" -b test || true)
+bindep=${1:?usage: $0 path/to/bindep [profile]}
+profile=${2:-test}
+missing=$("$bindep" -b "$profile" || true)
 if [ -z "$missing" ]; then
     exit 0
 fi

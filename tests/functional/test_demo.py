@@ -10,6 +10,9 @@ the rest of this tier: libvirt domains (fakelibvirt) and Glance's API
 from __future__ import annotations
 
 import io
+import unittest
+
+import pytest
 
 from nova_imgtype_testing import demo
 
@@ -56,24 +59,76 @@ def test_demo_boots_the_matrix_and_shows_what_the_plugin_saves() -> None:
     assert stock_ploop.status.startswith('ERROR: ')
     assert 'No valid host' not in stock_ploop.status
 
+    # A node asked: RUNS first boots (each from its own copy of the
+    # image), their median and spread shown; "any": one boot.
+    for r in rows:
+        if r.status != 'ACTIVE':
+            continue
+        runs = 1 if (r.requested == 'any' and r.cloud == 'nova-imgtype') \
+            else demo.RUNS
+        assert len(r.prep) == runs, r
+
     table = demo.format_rows(rows)
-    # Borders, the header, its rule and one line per row.
+    # Borders, the header, its rule and one line per row, in a terminal
+    # of 120 columns; an error by its number, said below it.
     assert table.count('\n') == len(rows) + 3
-    assert 'host traits' in table.splitlines()[1]
+    assert 'disk prep' in table.splitlines()[1]
+    assert max(len(line) for line in table.splitlines()) <= demo.WIDTH
+    assert '(1) ERROR: No valid host was found.' in demo.notes(rows)
 
 
 def test_run_prints_the_table_and_the_nodes(monkeypatch) -> None:
-    row = demo.Row('nova-imgtype', 'raw (64 MiB)', 'any', 'node-mapped',
-                   'ACTIVE', 'raw', 'raw', 'no', 64 * demo.MiB, 0.5,
-                   'boots raw; native raw')
+    row = demo.Row('nova-imgtype', 'raw (64 MiB)', 'node-mapped',
+                   'node-mapped', 'ACTIVE', 'raw', 'raw', 'no',
+                   64 * demo.MiB, [0.5, 0.4, 0.7], 'boots raw; native raw')
     monkeypatch.setattr(demo, 'collect', lambda progress: ([row], []))
     out = io.StringIO()
-    assert demo.run(out) == 0
+    assert demo.run(out, log=False) == 0
     text = out.getvalue()
     assert 'node-pools' in text and demo.STOCK_NODE in text
-    assert '64.0 MiB' in text and '0.500 s' in text
+    assert '64.0 MiB' in text and '0.50 s (0.40-0.70)' in text
+    assert 'node-mapped   boots raw; native raw' in text
     monkeypatch.setattr(demo, 'collect',
                         lambda progress: ([row], ['Traceback: boom']))
     out = io.StringIO()
-    assert demo.run(out) == 1
+    assert demo.run(out, log=False) == 1
     assert 'The demo failed:\nTraceback: boom' in out.getvalue()
+
+
+def test_an_interrupt_is_one_line(monkeypatch) -> None:
+    def interrupted(progress):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(demo, 'collect', interrupted)
+    out = io.StringIO()
+    assert demo.run(out, log=False) == 130
+    assert out.getvalue() == (
+        '\nInterrupted: the demo stopped and removed what it made.\n')
+
+
+def test_an_interrupt_still_cleans_up(monkeypatch) -> None:
+    """unittest runs a test's clean-ups at its end, which an interrupt
+    skips: collect() runs them, and stops its libvirtd, before the
+    interrupt goes on."""
+    cleaned = []
+
+    class Interrupted(unittest.TestCase):
+        def runTest(self):
+            self.addCleanup(cleaned.append, 'services and files')
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(demo, 'make_demo_case',
+                        lambda *args: Interrupted())
+    from nova_imgtype_testing import libvirtd
+    daemons = []
+    real_start = libvirtd.start_libvirtd
+
+    def start():
+        daemons.append(real_start())
+        return daemons[-1]
+    monkeypatch.setattr(libvirtd, 'start_libvirtd', start)
+    with pytest.raises(KeyboardInterrupt):
+        demo.collect(lambda msg: None)
+    assert cleaned == ['services and files']
+    [daemon] = daemons
+    assert daemon.proc.poll() is not None
+

@@ -17,6 +17,8 @@ qemu-img and qemu-io. Fake: libvirt *domains* (fakelibvirt) and Glance
 
 from __future__ import annotations
 
+import json
+import os
 from typing import Any
 
 from nova import context as nova_context
@@ -49,7 +51,7 @@ class _MovesBase(base.SeparateStorageTestBase):
         image = self.create_image('qcow2', size_mb=4)
         server = self.boot_server(image['id'], host='compute1')
         self.write_guest('compute1', self.disk_of(server, 'compute1'),
-                         *DATA)
+                         self.domain_format('compute1', server), *DATA)
         return server
 
     def disk_of(self, server: dict[str, Any], host: str) -> str:
@@ -67,6 +69,7 @@ class _MovesBase(base.SeparateStorageTestBase):
     def assert_runs_on(self, server: dict[str, Any], host: str) -> None:
         self.assertEqual(host, server['OS-EXT-SRV-ATTR:host'])
         self.assertTrue(self.guest_has(host, self.disk_of(server, host),
+                                       self.domain_format(host, server),
                                        *DATA),
                         'guest data lost on %s' % host)
 
@@ -134,9 +137,11 @@ class FileDisksTest(_MovesBase):
         self.assertEqual(whole, self.owned_by(server, 'compute2'))
         self.assertEqual(whole, self.owned_by(server, 'compute1'))
         self.assertFalse(self.guest_has(
-            'compute2', self.disk_of(server, 'compute2'), *DATA))
+            'compute2', self.disk_of(server, 'compute2'),
+            self.domain_format('compute2', server), *DATA))
         self.assertTrue(self.guest_has(
-            'compute1', self.disk_of(server, 'compute1'), *DATA))
+            'compute1', self.disk_of(server, 'compute1'),
+            self.domain_format('compute1', server), *DATA))
 
         # compute1 comes back: it destroys the evacuated instance there,
         # disks included (not shared), and nothing on compute2.
@@ -226,3 +231,55 @@ class PoolDisksTest(FileDisksTest):
 
         self._delete_server(server)
         self.assertEqual([], self.owned_by(server, 'compute2'))
+
+
+class LegacyColdMoveTest(_MovesBase):
+    """A cold move of an instance whose disks are files, between hosts
+    whose defaults differ (issue 33, 1)."""
+
+    def test_a_flat_instance_moved_to_a_qcow2_host_keeps_its_raw_disks(
+            self) -> None:
+        """Stock converts raw disks to qcow2 at the end of a cold move
+        when the destination has ``use_cow_images`` (it cannot tell one
+        instance's layout from the host's default). The instance is
+        recorded ``flat``: its disks stay raw, as its record, its
+        ``disk.info`` and its domain say, and every disk reads back as its
+        guest wrote it, in the format the domain gives QEMU."""
+        self.start_compute('compute1', images_type='flat')
+        self.start_compute('compute2', images_type='qcow2')
+        image = self.create_image('raw', size_mb=4)
+        flavor = self._create_flavor(memory_mb=512, vcpu=1, disk=1,
+                                     ephemeral=1, swap=16)
+        server = self.boot_server(image['id'], host='compute1',
+                                  flavor_id=flavor)
+        before = self.domain_disks('compute1', server)
+        self.assertEqual({'disk': 'raw', 'disk.eph0': 'raw',
+                          'disk.swap': 'raw'}, before)
+        for name, fmt in before.items():
+            self.write_guest('compute1', self.instance_path(server, name),
+                             fmt, *DATA)
+
+        server = self._migrate_server(server, host='compute2',
+                                      api=self.admin_api)
+        server = self._confirm_resize(server)
+        self.assertEqual('compute2', server['OS-EXT-SRV-ATTR:host'])
+
+        after = self.domain_disks('compute2', server)
+        self.assertEqual(before, after)
+        inst = objects.Instance.get_by_uuid(
+            self.ctxt, server['id'], expected_attrs=['system_metadata'])
+        self.assertEqual('flat', inst.system_metadata['imgtype_backend'])
+        with self.hosts.running_as('compute2'):
+            with open(self.instance_path(server, 'disk.info')) as f:
+                recorded = {os.path.basename(path): fmt for path, fmt
+                            in json.load(f).items()}
+        for name, fmt in after.items():
+            path = self.instance_path(server, name)
+            # The file is in the format its domain says (qemu-img's own
+            # reading, to check the file, not to decide anything), and
+            # disk.info says it too.
+            self.assertEqual(fmt, self.disk_info('compute2', path)['format'],
+                             name)
+            self.assertEqual(fmt, recorded[name], name)
+            self.assertTrue(self.guest_has('compute2', path, fmt, *DATA),
+                            'the data of %s lost' % name)

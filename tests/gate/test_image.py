@@ -91,8 +91,8 @@ def test_mbr_without_partition_is_refused(tmp_path: pathlib.Path) -> None:
 
 def test_marker_raw_and_overlay(tmp_path: pathlib.Path) -> None:
     raw = image.make_image(tmp_path / 'disk.raw', 'raw')
-    image.write_marker(raw, 'before the move 1')
-    assert image.read_marker(raw, 17) == b'before the move 1'
+    image.write_marker(raw, 'before the move 1', fmt='raw')
+    assert image.read_marker(raw, 17, fmt='raw') == b'before the move 1'
     # The MBR is untouched.
     assert pathlib.Path(raw).read_bytes()[:512] == image.mbr()
 
@@ -100,13 +100,30 @@ def test_marker_raw_and_overlay(tmp_path: pathlib.Path) -> None:
     overlay = tmp_path / 'overlay.qcow2'
     subprocess.run(['qemu-img', 'create', '-q', '-f', 'qcow2', '-b', base,
                     '-F', 'qcow2', overlay, str(1024 * MiB)], check=True)
-    image.write_marker(overlay, b'\x00marker\xff')
-    assert image.read_marker(overlay, 8) == b'\x00marker\xff'
+    image.write_marker(overlay, b'\x00marker\xff', fmt='qcow2')
+    assert image.read_marker(overlay, 8, fmt='qcow2') == b'\x00marker\xff'
     # Written into the overlay, not its backing file.
-    assert image.read_marker(base, 8) == bytes(8)
+    assert image.read_marker(base, 8, fmt='qcow2') == bytes(8)
     # Through an argv prefix (what a compute's nsenter gives).
-    assert image.read_marker(overlay, 8, argv_prefix=['env']) == (
-        b'\x00marker\xff')
+    assert image.read_marker(overlay, 8, fmt='qcow2',
+                             argv_prefix=['env']) == b'\x00marker\xff'
+
+
+def test_a_marker_is_read_in_the_format_named_never_a_probed_one(
+        tmp_path: pathlib.Path) -> None:
+    """A guest's raw disk whose bytes start with a qcow2 header (the guest
+    wrote it): read as raw, as the domain gives it to QEMU, the guest's
+    data are there; probed, they would be the header's (or a host file's
+    through its backing)."""
+    fake = tmp_path / 'fake.qcow2'
+    subprocess.run(['qemu-img', 'create', '-q', '-f', 'qcow2', str(fake),
+                    '64M'], check=True)
+    disk = tmp_path / 'guest.raw'
+    disk.write_bytes(fake.read_bytes()[:512] + bytes(4 * MiB))
+    image.write_marker(disk, b'guest data', fmt='raw')
+    assert image.read_marker(disk, 10, fmt='raw') == b'guest data'
+    with pytest.raises(TypeError):
+        image.read_marker(disk, 10)  # type: ignore[call-arg]
 
 
 def test_parse_dump() -> None:

@@ -73,3 +73,39 @@ def test_the_tempest_plugin_wheel_holds_the_plugin_and_needs_no_nova(
     requires = _requires(metadata)
     assert 'tempest' in requires
     assert not {r for r in requires if r.startswith('nova')}, requires
+
+
+def test_the_sdist_holds_what_operators_and_packagers_need(tmp_path):
+    """The license, the sample and demo configs, the devstack plugin, the
+    release notes, the manual and bindep's list travel with the source
+    (built as ``python -m build --sdist`` builds it: the PEP 517 backend,
+    from a copy of the tree)."""
+    import tarfile
+    src = tmp_path / 'src'
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
+        '.venv*', '.git', 'build', '*.egg-info', '__pycache__', '.tox'))
+    out = tmp_path / 'sdist'
+    subprocess.run(
+        [sys.executable, '-c', 'import sys; from setuptools import '
+         'build_meta; build_meta.build_sdist(sys.argv[1])', str(out)],
+        check=True, capture_output=True, cwd=src)
+    [sdist] = out.glob('nova_imgtype-*.tar.gz')
+    with tarfile.open(sdist) as tar:
+        names = {n.split('/', 1)[1] for n in tar.getnames() if '/' in n}
+    for needed in ('LICENSE', 'bindep.txt', 'etc/nova-imgtype.conf.sample',
+                   'etc/demo/nova-compute.conf', 'devstack/plugin.sh',
+                   'devstack/settings', 'doc/source/index.rst',
+                   'releasenotes/source/conf.py'):
+        assert needed in names, needed
+    assert [n for n in names if n.startswith('releasenotes/notes/')
+            and n.endswith('.yaml')]
+
+
+def test_the_license_is_declared_as_spdx_and_shipped(tmp_path):
+    names, metadata, _entry_points = _wheel(tmp_path)
+    lines = metadata.splitlines()
+    assert ('License-Expression: Apache-2.0' in lines or
+            'License: Apache-2.0' in lines), metadata[:2000]
+    assert not [line for line in lines
+                if line.startswith('Classifier: License ::')]
+    assert [n for n in names if n.endswith('.dist-info/licenses/LICENSE')]
