@@ -30,6 +30,11 @@ namespaces: ``qemu-img``, ``virsh``, the image cache) and at placement:
     after each move, its config drive holds the bytes it held on the
     source, nothing of it is left on the host it left, and no SSH session
     opened.
+``cold-after-live``
+    A running instance live-migrated into the pools (its domain names the
+    volume by its path until the guest's next start) is cold-migrated out
+    again at once and ends ACTIVE there, its marker read back in the format
+    its domain gives QEMU, nothing of it left in the pool.
 ``stock-destination``
     With the host without pools restarted on stock's ``libvirt.LibvirtDriver``
     (its nova-imgtype traits removed, as the README says), a running pool
