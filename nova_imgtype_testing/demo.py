@@ -18,6 +18,7 @@ and Glance's API (Nova's GlanceFixture, serving the real image bytes).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -27,6 +28,7 @@ import tempfile
 import time
 import unittest
 from collections.abc import Callable
+from collections.abc import Iterator
 from typing import Any
 from typing import TextIO
 
@@ -361,15 +363,19 @@ def format_rows(rows: list[Row]) -> str:
     order = {image: n for n, image in
              enumerate(dict.fromkeys(r.image for r in rows))}
     table = []
+    def cache_file(r: Row) -> str:
+        if r.template == '-':
+            return '-'
+        return r.template + (', converted' if r.converted == 'yes' else '')
+
     for r in sorted(rows, key=lambda r: order[r.image]):
         table.append({
-            'image': r.image.split(' ')[0], 'cloud': r.cloud.split(' ')[0],
-            'asked': r.requested, 'host': r.host,
+            'image': r.image.split(' ')[0], 'asked': r.requested,
+            'host': r.host,
             'result': ('ACTIVE' if r.status == 'ACTIVE' else
                        'ERROR (%d)' % (errors.index(r.status) + 1)),
-            'backend': r.backend, 'template': r.template,
-            'converted': r.converted, 'cache': mib(r.cache_bytes),
-            'disk prep': prep_text(r.prep)})
+            'backend': r.backend, 'cache file': cache_file(r),
+            'cache': mib(r.cache_bytes), 'disk prep': prep_text(r.prep)})
     return format_table(table)
 
 
@@ -432,41 +438,76 @@ def collect(progress: Callable[[str], None]) -> tuple[list[Row], list[str]]:
     return rows, failed
 
 
-def _log_to_file() -> str:
-    """Send every log record (Nova's, its libraries', warnings) to a file
-    of its own instead of the terminal: the demo prints its progress and
-    its results. Returns the file's path."""
-    fd, path = tempfile.mkstemp(prefix='nova-imgtype-demo-', suffix='.log')
-    os.close(fd)
-    handler = logging.FileHandler(path)
+@contextlib.contextmanager
+def _logged_to(path: str) -> Iterator[None]:
+    """Within the block, every log record (Nova's, its libraries',
+    warnings) and whatever they or libvirt print on the standard output or
+    error go to the file at ``path`` instead of the terminal: the demo
+    prints its progress and its results, nothing else."""
+    log = open(path, 'a', buffering=1)  # noqa: SIM115 - closed below
+    handler = logging.StreamHandler(log)
     handler.setFormatter(logging.Formatter(
         '%(asctime)s %(levelname)s %(name)s %(message)s'))
     root = logging.getLogger()
-    for old in list(root.handlers):
+    handlers, level = list(root.handlers), root.level
+    for old in handlers:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(logging.INFO)
     logging.captureWarnings(True)
-    return path
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    streams = sys.stdout, sys.stderr
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    sys.stdout = sys.stderr = log
+    try:
+        yield
+    finally:
+        log.flush()
+        sys.stdout, sys.stderr = streams
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in saved:
+            os.close(fd)
+        logging.captureWarnings(False)
+        root.removeHandler(handler)
+        for old in handlers:
+            root.addHandler(old)
+        root.setLevel(level)
+        log.close()
 
 
-def run(out: TextIO = sys.stdout, log: bool = True) -> int:
-    """Run the demo; print progress and the table to ``out`` (Nova's log
-    to a file it names, unless ``log`` is False).
+def run(out: TextIO | None = None, log: bool = True) -> int:
+    """Run the demo; print progress and the table to ``out`` (the terminal
+    by default), and Nova's log to a file it names (unless ``log`` is
+    False).
 
     :returns: 0, 1 if anything went wrong (said after the table), 130
         when interrupted (one line, once everything is cleaned up).
     """
+    if out is None:
+        # The terminal as it is now: the standard output goes to the log
+        # while the demo runs.
+        out = os.fdopen(os.dup(sys.stdout.fileno()), 'w', buffering=1)
     started = time.perf_counter()
 
     def progress(msg: str) -> None:
+        assert out is not None
         out.write('[%5.1fs] %s\n' % (time.perf_counter() - started, msg))
         out.flush()
 
+    quiet: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
     if log:
-        progress("Nova's log: %s" % _log_to_file())
+        fd, path = tempfile.mkstemp(prefix='nova-imgtype-demo-',
+                                    suffix='.log')
+        os.close(fd)
+        progress("Nova's log: %s" % path)
+        quiet = _logged_to(path)
     try:
-        rows, failed = collect(progress)
+        with quiet:
+            rows, failed = collect(progress)
     except KeyboardInterrupt:
         out.write('\nInterrupted: the demo stopped and removed what it '
                   'made.\n')
@@ -486,13 +527,15 @@ def run(out: TextIO = sys.stdout, log: bool = True) -> int:
         'serve the image (they weigh the same here, so the choice may '
         'differ from run to run); a node: the image booted there %d '
         'times, '
-        'each from its own copy of the image (a first boot each time). '
-        '"disk prep" is the time to make the instance disks (download and '
-        'conversion included): the median of those boots (fastest-slowest)'
-        ', one boot for "any". "template" is the format of the image cache '
-        'file the disk was made from, "cache" what it takes on disk. Every '
-        'node boots aki, ami, ari and iso images (raw bytes). Finished in '
-        '%.0f s.\n' % (RUNS, time.perf_counter() - started))
+        'each from its own copy of the image (a first boot each time); '
+        'stock-node is stock Nova\'s only node. "disk prep" is the time to '
+        'make the instance disks (download and conversion included): the '
+        'median of those boots (fastest-slowest), one boot for "any". '
+        '"cache file" is the format of the image cache file the disk was '
+        'made from (and whether the image was converted into it), "cache" '
+        'what it takes on disk. Every node boots aki, ami, ari and iso '
+        'images (raw bytes). Finished in %.0f s.\n'
+        % (RUNS, time.perf_counter() - started))
     for trace in failed:
         out.write('\nThe demo failed:\n%s\n' % trace)
     return 1 if failed or not rows else 0

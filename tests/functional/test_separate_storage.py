@@ -255,9 +255,12 @@ class LegacyColdMoveTest(_MovesBase):
         before = self.domain_disks('compute1', server)
         self.assertEqual({'disk': 'raw', 'disk.eph0': 'raw',
                           'disk.swap': 'raw'}, before)
-        for name, fmt in before.items():
+        # Stock makes the swap disk anew at a cold move (it is not copied:
+        # the guest is off); the other disks carry what the guest wrote.
+        carried = [name for name in before if name != 'disk.swap']
+        for name in carried:
             self.write_guest('compute1', self.instance_path(server, name),
-                             fmt, *DATA)
+                             before[name], *DATA)
 
         server = self._migrate_server(server, host='compute2',
                                       api=self.admin_api)
@@ -281,5 +284,6 @@ class LegacyColdMoveTest(_MovesBase):
             self.assertEqual(fmt, self.disk_info('compute2', path)['format'],
                              name)
             self.assertEqual(fmt, recorded[name], name)
-            self.assertTrue(self.guest_has('compute2', path, fmt, *DATA),
-                            'the data of %s lost' % name)
+            if name in carried:
+                self.assertTrue(self.guest_has('compute2', path, fmt, *DATA),
+                                'the data of %s lost' % name)
