@@ -218,7 +218,7 @@ def check_cold_move_after_live_arrival(cloud: B.Cloud, conn: Any,
     # without pools, its marker read back in the domain's format, nothing
     # of it left in the pool.
     pools_host, files_host = B.hosts(cloud)
-    server = B.boot(conn, res, 'qcow2', files_host)
+    server = B.boot(conn, res, 'qcow2', files_host, config_drive=True)
     try:
         server, marker = _running_marked(cloud, conn, server)
         server, there = _live_migrate(cloud, conn, server, pools_host,
