@@ -33,6 +33,12 @@ class StockSteps:
         """The instance's libvirt guest (stock's ``Host.get_guest``)."""
         return self._driver._host.get_guest(instance)
 
+    def define(self, xml: str) -> None:
+        """Make ``xml`` a guest's definition (stock's
+        ``Host.write_instance_config``): a running guest keeps running as
+        it is and starts next time as defined."""
+        self._driver._host.write_instance_config(xml)
+
     def power_state(self, guest: Any) -> int:
         """The guest's power state, as stock reads it."""
         return guest.get_power_state(self._driver._host)

@@ -145,6 +145,40 @@ def test_destination_xml_names_the_volumes_of_the_destinations_pool():
         xml, UUID, '/j/' + UUID)] == [('vda', 'disk'), ('vdb', 'disk.local')]
 
 
+def test_an_arrived_guest_is_defined_on_volumes_of_the_pool():
+    """Issue 33, 3: the destination XML names the volumes by path for the
+    copy; once arrived, the definition names them as volumes of the pool
+    again (a cold move lists the stopped guest's disks while it moves the
+    volumes out of the pool, and found a path no longer there)."""
+    disks = lm.local_disks(DOMAIN, UUID, '/i/' + UUID)
+    arrived = lm.destination_xml(DOMAIN, UUID, disks, resolver_mod.POOLS,
+                                 '/j/disks')
+    defined = lm.persistent_xml(arrived, UUID, 'nova-disks-pool',
+                                '/j/disks/')
+    got = _disks_by_target(defined)
+    for target, name in (('vda', 'disk'), ('vdb', 'disk.local')):
+        assert got[target].get('type') == 'volume'
+        assert got[target].find('source').attrib == {
+            'pool': 'nova-disks-pool', 'volume': '%s_%s' % (UUID, name)}
+        assert got[target].find('backingStore') is None
+        # The format the guest is given stays the one it ran with.
+        assert (got[target].find('driver').get('type') ==
+                _disks_by_target(DOMAIN)[target].find('driver').get('type'))
+        # <source> where libvirt writes it: after <driver>.
+        assert [c.tag for c in got[target]][:2] == ['driver', 'source']
+    # What is not a volume of that pool by path stays as it is: another
+    # instance's volume, a Cinder volume, a file elsewhere.
+    for target in ('vdc', 'vdd'):
+        assert (etree.tostring(got[target]) ==
+                etree.tostring(_disks_by_target(arrived)[target]))
+    assert lm.persistent_xml(arrived, UUID, 'nova-disks-pool',
+                             '/elsewhere') == arrived
+    # Read again, they are the instance's own disks, as volumes.
+    assert [(d.target, d.name, d.source_type) for d in lm.local_disks(
+        defined, UUID, '/j/' + UUID)] == [('vda', 'disk', 'volume'),
+                                           ('vdb', 'disk.local', 'volume')]
+
+
 def test_arriving_disk_info_names_the_disks_as_the_destination_does():
     infos = [{'path': '/i/disks/%s_disk' % UUID, 'type': 'qcow2',
               'backing_file': 'abc_qcow2', 'virt_disk_size': 1},
@@ -287,6 +321,53 @@ def test_destination_with_pools_makes_volumes(make_driver,  # noqa: F811
     inst.save.assert_called_once()
     # ...and kept by this host, whatever a save elsewhere does to it.
     assert drv._live.arrivals[inst.uuid].storage == resolver_mod.POOLS
+
+
+def test_an_arrived_guest_is_defined_on_the_pools_volumes(
+        make_driver, test_pools):  # noqa: F811
+    """Issue 33, 3: once stock ends a block migration's arrival into this
+    host's dir pool, the guest (running on its volumes named by path) is
+    defined on them as volumes of the pool; an arrival that copied
+    nothing (shared storage) is left as stock left it."""
+    drv = _pool_driver(make_driver, test_pools, images_type='qcow2',
+                       use_storage_pools=True)
+    inst = _instance(imgtype_backend='qcow2', imgtype_storage='legacy')
+    inst.uuid = UUID
+    pool = drv._pools.get(pool_specs.DISKS_POOL)
+    directory = pool_specs.pool_target(pool)
+    arrived = lm.destination_xml(
+        DOMAIN, UUID, lm.local_disks(DOMAIN, UUID, '/i/' + UUID),
+        resolver_mod.POOLS, directory)
+    guest = mock.Mock()
+    guest.get_xml_desc.return_value = arrived
+    drv._live.arrivals[UUID] = drv._resolver.arrival(
+        drv._resolver.recorded(inst))
+    with mock.patch.object(STOCK, 'post_live_migration_at_destination'), \
+            mock.patch.object(objects.Instance, 'get_by_uuid',
+                              return_value=_instance(
+                                  **dict(inst.system_metadata))), \
+            mock.patch.object(drv._stock_steps, 'guest', return_value=guest), \
+            mock.patch.object(drv._stock_steps, 'define') as define:
+        drv.post_live_migration_at_destination(None, inst, None, True,
+                                               None)
+    guest.get_xml_desc.assert_called_once_with(dump_inactive=True)
+    [defined] = define.call_args.args
+    assert defined == lm.persistent_xml(arrived, UUID,
+                                        pool_specs.DISKS_POOL, directory)
+    assert {d.source_type for d in lm.local_disks(
+        defined, UUID, '/i/' + UUID)} == {'volume'}
+
+    # Shared storage: stock's arrival alone.
+    shared = _instance(imgtype_backend='qcow2', imgtype_storage='pools',
+                       imgtype_pool=pool_specs.DISKS_POOL)
+    with mock.patch.object(STOCK, 'post_live_migration_at_destination'), \
+            mock.patch.object(objects.Instance, 'get_by_uuid',
+                              return_value=_instance(
+                                  **dict(shared.system_metadata))), \
+            mock.patch.object(drv._stock_steps, 'define') as define:
+        drv.post_live_migration_at_destination(None, shared, None, False,
+                                               None)
+    define.assert_not_called()
 
 
 def test_destination_without_pools_makes_files(make_driver):  # noqa: F811

@@ -414,9 +414,12 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                                            **kwargs: Any) -> Any:
         call = compat.driver('post_live_migration_at_destination', self,
                              args, kwargs)
-        self._live.record_here(call['context'], call['instance'],
-                               call['block_migration'])
-        return super().post_live_migration_at_destination(*args, **kwargs)
+        made_here = self._live.record_here(
+            call['context'], call['instance'], call['block_migration'])
+        result = super().post_live_migration_at_destination(*args, **kwargs)
+        if made_here:
+            self._live.define_arrived(call['instance'])
+        return result
 
     # -- cold moves ---------------------------------------------------------
 

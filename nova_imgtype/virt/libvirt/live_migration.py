@@ -203,6 +203,35 @@ def destination_xml(xml: str, instance_uuid: str, disks: list[LocalDisk],
     return etree.tostring(root, encoding='unicode')
 
 
+def persistent_xml(xml: str, instance_uuid: str, pool: str,
+                   directory: str) -> str:
+    """``xml`` with the instance's volumes of the dir pool ``pool`` (whose
+    directory is ``directory``) named as volumes again
+    (``<disk type='volume'>``, pool and volume): what the guest's
+    definition says once it has arrived, where :func:`destination_xml`
+    named them by path for the copy. Every later step that reads the
+    definition of the stopped guest (a cold move's list of disks, a
+    snapshot) then finds a volume of the pool, not a path that a step
+    before it may have moved."""
+    root = etree.fromstring(xml)
+    for dev in root.findall('./devices/disk'):
+        source = dev.find('source')
+        if dev.get('type') != 'file' or source is None:
+            continue
+        path = source.get('file', '')
+        volume = os.path.basename(path)
+        if (os.path.dirname(path) != os.path.normpath(directory) or
+                not volume.startswith(instance_uuid + '_')):
+            continue
+        index = list(dev).index(source)
+        for child in dev.findall('source') + dev.findall('backingStore'):
+            dev.remove(child)
+        dev.set('type', 'volume')
+        dev.insert(index, etree.Element('source', pool=pool,
+                                        volume=volume))
+    return etree.tostring(root, encoding='unicode')
+
+
 def _source_index(dev: Any) -> int:
     """Where ``<source>`` goes: after ``<driver>``, as libvirt writes it."""
     for i, child in enumerate(dev):

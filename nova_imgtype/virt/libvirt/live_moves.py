@@ -328,15 +328,16 @@ class LiveMoves:
             return stock()
 
     def record_here(self, context: Any, instance: objects.Instance,
-                    block_migration: bool | None) -> None:
+                    block_migration: bool | None) -> bool:
         """Record where the disks are on this host, before stock's
         ``post_live_migration_at_destination``, which can fail: the
         compute manager saves the instance whatever happens (its host is
         this one then), and its record must say where the disks are here,
-        not where they were on the source."""
+        not where they were on the source. Whether this host made the
+        disks (a block migration: :meth:`define_arrived` then has work)."""
         made_here = self.arrivals.pop(instance.uuid, None)
         if self._resolver.recorded(instance) is None:
-            return
+            return False
         recorded_arrival = self._end_arrival(context, instance)
         decision = self._resolver.decision_for(instance)
         # Whether this host made the disks: its own memory of its
@@ -352,7 +353,7 @@ class LiveMoves:
                     if decision.storage == resolver_mod.POOLS else decision)
             if here != decision:
                 self._resolver.record(instance, here)
-            return
+            return False
         # The disks are where arrive() made them; the compute manager
         # saves the instance after this.
         arrival = made_here or self._resolver.arrival(decision)
@@ -361,6 +362,28 @@ class LiveMoves:
             LOG.info('Disks now %s%s', arrival.storage,
                      ' in pool %s' % arrival.pool if arrival.pool else '',
                      instance=instance)
+        return True
+
+    def define_arrived(self, instance: objects.Instance) -> None:
+        """Once stock has ended the arrival here: the guest, which runs on
+        its volumes named by path (:func:`.live_migration.destination_xml`),
+        is defined on them as volumes of this host's dir pool, as a guest
+        started here is. Its next stop leaves a definition every step
+        finds its disks by (a cold move lists them while moving them out
+        of the pool)."""
+        decision = self._resolver.decision_for(instance)
+        if decision.storage != resolver_mod.POOLS or not decision.pool:
+            return
+        pool = self._disks.pools.get(decision.pool)
+        if pool_specs.pool_type(pool) != 'dir':
+            return      # rbd: network disks, never named by path
+        xml = self._stock.guest(instance).get_xml_desc(dump_inactive=True)
+        defined = live_migration.persistent_xml(
+            xml, instance.uuid, decision.pool, pool_specs.pool_target(pool))
+        if defined != xml:
+            self._stock.define(defined)
+            LOG.debug('Defined on the volumes of pool %s', decision.pool,
+                      instance=instance)
 
     def _end_arrival(self, context: Any,
                      instance: objects.Instance) -> tuple[str, str] | None:
