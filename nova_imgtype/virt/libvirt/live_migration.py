@@ -194,12 +194,8 @@ def destination_xml(xml: str, instance_uuid: str, disks: list[LocalDisk],
                              else '')
         if disk is None:
             continue
-        for child in dev.findall('source') + dev.findall('backingStore'):
-            dev.remove(child)
-        dev.set('type', 'file')
-        dev.insert(_source_index(dev), etree.Element(
-            'source', file=destination_path(instance_uuid, disk, storage,
-                                            directory)))
+        _set_source(dev, 'file', file=destination_path(
+            instance_uuid, disk, storage, directory))
     return etree.tostring(root, encoding='unicode')
 
 
@@ -223,13 +219,18 @@ def persistent_xml(xml: str, instance_uuid: str, pool: str,
         if (os.path.dirname(path) != os.path.normpath(directory) or
                 not volume.startswith(instance_uuid + '_')):
             continue
-        index = list(dev).index(source)
-        for child in dev.findall('source') + dev.findall('backingStore'):
-            dev.remove(child)
-        dev.set('type', 'volume')
-        dev.insert(index, etree.Element('source', pool=pool,
-                                        volume=volume))
+        _set_source(dev, 'volume', pool=pool, volume=volume)
     return etree.tostring(root, encoding='unicode')
+
+
+def _set_source(dev: Any, kind: str, **source: str) -> None:
+    """Make the disk element ``dev`` a ``kind`` disk of ``source``: its
+    source and backing chain replaced (libvirt reads a file's or a
+    volume's chain itself)."""
+    for child in dev.findall('source') + dev.findall('backingStore'):
+        dev.remove(child)
+    dev.set('type', kind)
+    dev.insert(_source_index(dev), etree.Element('source', **source))
 
 
 def _source_index(dev: Any) -> int:
