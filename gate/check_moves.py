@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from gate import checks_base as B
-from gate import image
 
 IMGTYPE_TRAITS = 'CUSTOM_IMGTYPE_'
 
@@ -69,9 +68,7 @@ def _move(cloud: B.Cloud, conn: Any, res: Mapping[str, Any],
         else:
             conn.compute.confirm_server_resize(server)
         server = B.wait(conn, server, 'SHUTOFF')
-        c, path, kind, fmt = B.disk(cloud, server)
-        got = image.read_marker(path, len(marker), fmt=fmt,
-                                argv_prefix=c['nsenter'])
+        got, c, path, kind, fmt = B.read_back(cloud, server, marker)
         if got != marker:
             raise B.CheckFailed('after the move to %s and %s, the disk %s on '
                                 '%s reads %r, not %r' % (
@@ -135,9 +132,7 @@ def _live_migrate(cloud: B.Cloud, conn: Any, server: Any, to: str,
     if B.host_of(server) != to:
         raise B.CheckFailed('live migration of %s from %s: on %s, not %s' % (
             server.id, source, B.host_of(server), to))
-    c, path, kind, fmt = B.disk(cloud, server)
-    got = image.read_marker(path, len(marker), fmt=fmt,
-                            argv_prefix=c['nsenter'])
+    got, c, path, kind, fmt = B.read_back(cloud, server, marker)
     if kind != want or got != marker:
         raise B.CheckFailed('after the live migration %s -> %s: a %s disk %s '
                           'reading %r (wanted a %s disk reading %r)' % (
@@ -231,9 +226,7 @@ def check_cold_move_after_live_arrival(cloud: B.Cloud, conn: Any,
                                                 B.host_of(server)))
         conn.compute.confirm_server_resize(server)
         server = B.wait(conn, server, 'ACTIVE')
-        c, path, kind, fmt = B.disk(cloud, server)
-        got = image.read_marker(path, len(marker), fmt=fmt,
-                                argv_prefix=c['nsenter'])
+        got, c, path, kind, fmt = B.read_back(cloud, server, marker)
         if got != marker:
             raise B.CheckFailed('after the cold move %s -> %s that followed '
                                 'a live arrival, the %s disk %s reads %r, '
@@ -359,9 +352,7 @@ def check_stock_destination(cloud: B.Cloud, conn: Any,
         if B.host_of(server) != pools_host:
             raise B.CheckFailed('%s moved to %s' % (server.id,
                                                     B.host_of(server)))
-        c, path, kind, fmt = B.disk(cloud, server)
-        got = image.read_marker(path, len(marker), fmt=fmt,
-                                argv_prefix=c['nsenter'])
+        got, c, path, kind, fmt = B.read_back(cloud, server, marker)
         left = B.left_on(cloud, files_host, server)
         if got != marker or left:
             raise B.CheckFailed('after the refused moves: the %s %s reads '

@@ -229,6 +229,17 @@ def mark(cloud: Cloud, conn: Any, server: Any) -> tuple[Any, bytes]:
     return server, marker
 
 
+def read_back(cloud: Cloud, server: Any,
+              marker: bytes) -> tuple[bytes, Mapping[str, Any], str, str, str]:
+    """What the server's root disk holds where :func:`mark` wrote
+    ``marker``, read in the format its domain gives QEMU; (the bytes, and
+    the disk as :func:`disk` gives it: compute, path, kind, format)."""
+    c, path, kind, fmt = disk(cloud, server)
+    got = image.read_marker(path, len(marker), fmt=fmt,
+                            argv_prefix=c['nsenter'])
+    return got, c, path, kind, fmt
+
+
 
 def left_on(cloud: Cloud, host: str, server: Any) -> list[str]:
     """What of the server is still on ``host``: its instance directory (or
