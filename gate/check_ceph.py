@@ -45,13 +45,12 @@
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
 from collections.abc import Mapping
 from typing import Any
 from xml.etree import ElementTree
 
 from gate import checks_base as B
+from gate import evacuation
 from gate import image
 
 #: (source, destination) of each evacuation.
@@ -88,80 +87,6 @@ def used_rbd_images(cloud: B.Cloud, server: Any) -> list[str]:
     return sorted(used)
 
 
-def _service(conn: Any, host: str) -> Any:
-    return next(conn.compute.services(binary='nova-compute', host=host))
-
-
-def _forced_down(conn: Any, host: str, forced: bool) -> None:
-    r = conn.compute.put('/os-services/%s' % _service(conn, host).id,
-                         json={'forced_down': forced}, microversion='2.53')
-    if r.status_code >= 400:
-        raise B.CheckFailed('forced_down %s for %s: %s %s' % (
-            forced, host, r.status_code, r.text))
-
-
-def _evacuations(conn: Any, server: Any) -> list[dict[str, Any]]:
-    migrations: list[dict[str, Any]] = conn.compute.get(
-        '/os-migrations?instance_uuid=%s' % server.id,
-        microversion='2.59').json()['migrations']
-    return [m for m in migrations if m['migration_type'] == 'evacuation']
-
-
-def _evacuated(conn: Any, server: Any, source: str) -> Any | None:
-    """The server once its evacuation from ``source`` ended: on another
-    host (done), or None when it failed (the server stays on source)."""
-    for _ in B.poll('evacuation of %s from %s over' % (server.id, source)):
-        found = _evacuations(conn, server)
-        last = max(found, key=lambda m: m['id']) if found else None
-        if last and last['status'] in ('error', 'failed'):
-            return None
-        if last and last['status'] == 'done':
-            return B.wait(conn, server, 'ACTIVE')
-    raise AssertionError('unreachable: poll() raises on timeout')
-
-
-def _evacuate(cloud: B.Cloud, conn: Any, server: Any,
-              source: str) -> Any | None:
-    """Stop ``source``'s nova-compute, force it down, evacuate the server
-    and bring ``source`` back whatever happened; the evacuated server, or
-    None if the evacuation failed."""
-    from gate.cloud import computes
-    from gate.cloud import proc as P
-
-    state = P.State.load(cloud['base'])
-    computes.stop_nova_computes(state, [source])
-    try:
-        _forced_down(conn, source, True)
-        conn.compute.post('/servers/%s/action' % server.id,
-                          json={'evacuate': {}}, microversion='2.14')
-        return _evacuated(conn, server, source)
-    finally:
-        _bring_back(cloud, conn, server, source)
-
-
-def _bring_back(cloud: B.Cloud, conn: Any, server: Any, host: str) -> None:
-    """``host``'s nova-compute started again, on the plugin: as it starts
-    it destroys the instances evacuated from it (moving their evacuations
-    from done to completed), and only then may it be forced up again."""
-    from gate.cloud import computes
-    from gate.cloud import layout as L
-    from gate.cloud import proc as P
-
-    state = P.State.load(cloud['base'])
-    compute = next(c for c in state.computes if c.host == host)
-    since = time.time()
-    proc = computes.start_nova_compute(state, compute, L.PLUGIN_DRIVER)
-    for _ in B.poll('%s completing the evacuation of %s' % (host,
-                                                              server.id)):
-        if not any(m['status'] == 'done' and m['source_compute'] == host
-                   for m in _evacuations(conn, server)):
-            break
-        P.check_alive(proc, host + ' nova-compute',
-                      state.layout.log(host + '-nova-compute'))
-    _forced_down(conn, host, False)
-    computes.wait_computes_reporting(state, since, {host: proc})
-
-
 def _one(cloud: B.Cloud, conn: Any, res: Mapping[str, Any], fmt: str,
          source: str, dest: str) -> str:
     server = B.boot(conn, res, fmt, host=source, config_drive=True)
@@ -172,7 +97,7 @@ def _one(cloud: B.Cloud, conn: Any, res: Mapping[str, Any], fmt: str,
         conn.compute.start_server(server)
         server = B.wait(conn, server, 'ACTIVE')
         before = rbd_images(cloud, server)
-        moved = _evacuate(cloud, conn, server, source)
+        moved, = evacuation.evacuate(cloud, conn, [server], source)
         if moved is None:
             # Refused: nothing of it may be lost.
             if rbd_images(cloud, server) != before:
@@ -432,7 +357,7 @@ def check_rebuild(cloud: B.Cloud, conn: Any,
                      for host in ('compute1', 'compute2'))
 
 
-CHECKS: dict[str, Callable[[B.Cloud, Any, Mapping[str, Any]], str]] = {
+CHECKS: dict[str, B.Check] = {
     'evacuation': check_evacuation,
     'ceph-resize-revert': check_resize_revert,
     'ceph-cold-move': check_cold_move,

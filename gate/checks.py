@@ -43,9 +43,17 @@ namespaces: ``qemu-img``, ``virsh``, the image cache) and at placement:
     (microversion 2.30) is refused by the source; the instance stays, its
     marker reads back, nothing of it is on the stock compute. That compute
     is then back on the plugin.
+``move-matrix``
+    Every move (live migration, cold migration, resize up reverted and
+    confirmed, shelve and unshelve, rebuild, evacuation), each followed by
+    a hard reboot, between the pools host and the files host in both
+    directions, of a raw and a qcow2 image with a root, an ephemeral and a
+    swap disk and a config drive: see :mod:`gate.check_matrix`. Its table
+    goes into the gate's results.
 
-CLI: ``python -m gate.checks --cloud <base>/cloud.json`` prints one line
-per check and writes ``<base>/checks.json``; exit 1 if any failed.
+CLI: ``python -m gate.checks --cloud <base>/cloud.json [--check NAME]``
+prints one line per check and writes ``<base>/checks.json``; exit 1 if any
+failed.
 """
 
 from __future__ import annotations
@@ -58,11 +66,12 @@ import sys
 import time
 import traceback
 import uuid
-from collections.abc import Callable
 from collections.abc import Mapping
+from collections.abc import Sequence
 from typing import Any
 
 from gate import check_ceph as ceph
+from gate import check_matrix as matrix
 from gate import check_moves as moves
 from gate import checks_base as B
 from gate import image
@@ -178,7 +187,7 @@ def check_novalidhost(cloud: B.Cloud, conn: Any,
         conn.compute.delete_server(server)
 
 
-CHECKS: dict[str, Callable[[B.Cloud, Any, Mapping[str, Any]], str]] = {
+CHECKS: dict[str, B.Check] = {
     'traits': check_traits,
     'precache': check_precache,
     'disks': check_disks,
@@ -189,34 +198,56 @@ CHECKS: dict[str, Callable[[B.Cloud, Any, Mapping[str, Any]], str]] = {
     'live-migration': moves.check_live_migration,
     'cold-after-live': moves.check_cold_move_after_live_arrival,
     'stock-destination': moves.check_stock_destination,
+    'move-matrix': matrix.check_move_matrix,
 }
 
 
-def checks_of(cloud: B.Cloud) -> Mapping[
-        str, Callable[[B.Cloud, Any, Mapping[str, Any]], str]]:
+def checks_of(cloud: B.Cloud) -> Mapping[str, B.Check]:
     """The checks of the cloud's profile."""
     return ceph.CHECKS if cloud.get('profile') == 'ceph' else CHECKS
 
 
-def run(cloud_path: str) -> list[dict[str, Any]]:
-    """Every check, in order; their results (also ``<base>/checks.json``)."""
+def run_one(name: str, check: B.Check, cloud: B.Cloud, conn: Any,
+            res: Mapping[str, Any]) -> dict[str, Any]:
+    """One check, its line printed; its result (a table of its own
+    included)."""
+    start = time.monotonic()
+    report: B.Report | None = None
+    try:
+        found, status = check(cloud, conn, res), 'pass'
+        if isinstance(found, B.Report):
+            report, detail = found, found.summary
+        else:
+            detail = found
+    except B.CheckFailed as e:
+        detail, status, report = str(e), 'fail', e.report
+    except Exception as e:  # noqa: BLE001 - reported as the check's
+        detail, status = '%s\n%s' % (e, traceback.format_exc()), 'error'
+    took = time.monotonic() - start
+    print('[check] %-17s %-5s %5.1fs  %s' % (
+        name, status, took, detail.splitlines()[0]), flush=True)
+    result = {'check': name, 'status': status, 'detail': detail,
+              'seconds': round(took, 1)}
+    if report is not None:
+        result['table'] = report.as_json()
+    return result
+
+
+def run(cloud_path: str,
+        only: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """Every check (or those named ``only``), in order; their results
+    (also ``<base>/checks.json``)."""
     cloud = tempest.load_cloud(cloud_path)
+    checks = checks_of(cloud)
+    unknown = sorted(set(only) - set(checks))
+    if unknown:
+        raise ValueError('no check %s (checks: %s)' % (
+            ', '.join(unknown), ', '.join(checks)))
     res = tempest.prepare(cloud)
     conn = tempest.connect(cloud)
-    results = []
-    for name, check in checks_of(cloud).items():
-        start = time.monotonic()
-        try:
-            detail, status = check(cloud, conn, res), 'pass'
-        except B.CheckFailed as e:
-            detail, status = str(e), 'fail'
-        except Exception as e:  # noqa: BLE001 - reported as the check's
-            detail, status = '%s\n%s' % (e, traceback.format_exc()), 'error'
-        took = time.monotonic() - start
-        print('[check] %-17s %-5s %5.1fs  %s' % (
-            name, status, took, detail.splitlines()[0]), flush=True)
-        results.append({'check': name, 'status': status, 'detail': detail,
-                        'seconds': round(took, 1)})
+    results = [run_one(name, check, cloud, conn, res)
+               for name, check in checks.items()
+               if not only or name in only]
     path = os.path.join(cloud['base'], 'checks.json')
     with open(path, 'w') as f:
         json.dump(results, f, indent=2)
@@ -227,8 +258,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog='python -m gate.checks',
                                 description=__doc__.split('\n\n')[0])
     p.add_argument('--cloud', required=True, help='path of cloud.json')
+    p.add_argument('--check', action='append', default=[], metavar='NAME',
+                   help='run this check only (again for more)')
     args = p.parse_args(argv)
-    results = run(args.cloud)
+    try:
+        results = run(args.cloud, args.check)
+    except ValueError as e:
+        p.error(str(e))
     return int(any(r['status'] != 'pass' for r in results))
 
 

@@ -4,6 +4,7 @@ waited for, their disks seen from inside the computes' namespaces."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import subprocess
@@ -27,8 +28,32 @@ MARKER = b'nova-imgtype gate marker'
 TIMEOUT = 300.0
 
 
+@dataclasses.dataclass(frozen=True)
+class Report:
+    """What a check found, with a table of its own (the gate's results
+    show it under the check's name)."""
+
+    summary: str
+    columns: tuple[str, ...]
+    rows: list[tuple[str, ...]]
+
+    def as_json(self) -> dict[str, Any]:
+        return {'columns': list(self.columns),
+                'rows': [list(r) for r in self.rows]}
+
+
+#: A gate check: (the cloud, an openstacksdk connection, the images and
+#: flavors) -> what it found.
+Check = Callable[[Cloud, Any, Mapping[str, Any]], 'str | Report']
+
+
 class CheckFailed(Exception):
-    """A check found the cloud not as it should be."""
+    """A check found the cloud not as it should be (and, for a check with
+    a table, the table so far)."""
+
+    def __init__(self, message: str, report: Report | None = None) -> None:
+        super().__init__(message)
+        self.report = report
 
 
 def run_cmd(argv: list[str]) -> str:
@@ -122,41 +147,87 @@ def host_of(server: Any) -> str:
     return str(server.compute_host)
 
 
-def disk(cloud: Cloud, server: Any,
-         device: str = 'disk') -> tuple[Mapping[str, Any], str, str, str]:
-    """(compute, path inside its namespace, kind, format) of the root disk
-    (or of the first ``device``, ``cdrom`` for a config drive). The format
-    is the one the domain gives QEMU (``<driver type>``): a guest's data
-    are read in it, never in a format probed from the disk's bytes."""
+@dataclasses.dataclass(frozen=True)
+class Disk:
+    """A disk of a domain as QEMU is given it."""
+
+    #: The compute whose domain it is.
+    compute: Mapping[str, Any]
+    #: Its ``<target dev>``: ``vda``, ``vdb``, ``sda``...
+    target: str
+    #: ``disk`` or ``cdrom`` (a config drive).
+    device: str
+    #: Its path inside the compute's namespace (``rbd:...`` in Ceph).
+    path: str
+    #: ``file``, ``volume`` (of a libvirt storage pool) or ``rbd``.
+    kind: str
+    #: The format the domain gives QEMU (``<driver type>``).
+    fmt: str
+
+    @property
+    def name(self) -> str:
+        """Nova's name of the disk (``disk``, ``disk.eph0``, ``disk.swap``,
+        ``disk.config``), whatever its storage calls it."""
+        base = os.path.basename(self.path.split(':')[1] if
+                                self.path.startswith('rbd:') else self.path)
+        return base.split('_', 1)[1] if '_' in base else base
+
+
+def domain_disks(cloud: Cloud, server: Any) -> list[Disk]:
+    """Every disk of the server's domain where it runs, in the domain's
+    order. The format is the one the domain gives QEMU (``<driver
+    type>``): a guest's data are read in it, never in a format probed from
+    the disk's bytes."""
     c = compute(cloud, host_of(server))
     virsh = [*c['nsenter'], 'virsh', '-c', c['libvirt_uri']]
     xml = ElementTree.fromstring(run_cmd([*virsh, 'dumpxml',
-                                       server.instance_name]))
-    disk = xml.find("./devices/disk[@device='%s']" % device)
-    if disk is None:
-        raise CheckFailed('no %s in the domain of %s' % (device, server.id))
-    driver = disk.find('driver')
-    fmt = driver.get('type', '') if driver is not None else ''
-    if not fmt:
-        raise CheckFailed('the %s of %s has no format in its domain' % (
-            device, server.id))
-    source = disk.find('source')
-    assert source is not None
-    if disk.get('type') == 'network' and source.get('protocol') == 'rbd':
-        # An RBD image (the ceph profile), as qemu-img and qemu-io name it.
-        return c, _rbd_spec(cloud, source.get('name', '')), 'rbd', fmt
-    if disk.get('type') == 'volume':
-        path = run_cmd([*virsh, 'vol-path', '--pool', source.get('pool', ''),
-                     source.get('volume', '')]).strip()
-        if not path.startswith('/'):        # a volume of an rbd pool
-            return c, _rbd_spec(cloud, path), 'volume', fmt
-        return c, path, 'volume', fmt
-    path = source.get('file', '')
-    # A volume named by its path (a live-migrated guest, until its next
-    # start): libvirt knows the path as a volume of one of its pools.
-    by_path = subprocess.run([*virsh, 'vol-name', path], capture_output=True,
-                             text=True, check=False)
-    return c, path, 'volume' if by_path.returncode == 0 else 'file', fmt
+                                          server.instance_name]))
+    found = []
+    for disk in xml.findall('./devices/disk'):
+        device = disk.get('device', 'disk')
+        target = disk.find('target')
+        dev = target.get('dev', '') if target is not None else ''
+        driver = disk.find('driver')
+        fmt = driver.get('type', '') if driver is not None else ''
+        if not fmt:
+            raise CheckFailed('the %s %s of %s has no format in its domain'
+                              % (device, dev, server.id))
+        source = disk.find('source')
+        if source is None:
+            continue                    # an empty CD-ROM drive
+        if disk.get('type') == 'network' and source.get('protocol') == 'rbd':
+            # An RBD image (the ceph profile), as qemu-img and qemu-io
+            # name it.
+            path, kind = _rbd_spec(cloud, source.get('name', '')), 'rbd'
+        elif disk.get('type') == 'volume':
+            path = run_cmd([*virsh, 'vol-path', '--pool',
+                            source.get('pool', ''),
+                            source.get('volume', '')]).strip()
+            kind = 'volume'
+            if not path.startswith('/'):        # a volume of an rbd pool
+                path = _rbd_spec(cloud, path)
+        else:
+            path = source.get('file', '')
+            # A volume named by its path (a live-migrated guest, until its
+            # next start): libvirt knows the path as a volume of one of
+            # its pools.
+            by_path = subprocess.run([*virsh, 'vol-name', path],
+                                     capture_output=True, text=True,
+                                     check=False)
+            kind = 'volume' if by_path.returncode == 0 else 'file'
+        found.append(Disk(c, dev, device, path, kind, fmt))
+    return found
+
+
+def disk(cloud: Cloud, server: Any,
+         device: str = 'disk') -> tuple[Mapping[str, Any], str, str, str]:
+    """(compute, path inside its namespace, kind, format) of the root disk
+    (or of the first ``device``, ``cdrom`` for a config drive), as
+    :func:`domain_disks` gives it."""
+    for d in domain_disks(cloud, server):
+        if d.device == device:
+            return d.compute, d.path, d.kind, d.fmt
+    raise CheckFailed('no %s in the domain of %s' % (device, server.id))
 
 
 def record(server: Any) -> dict[str, str]:

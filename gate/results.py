@@ -71,6 +71,8 @@ def normalize_check(check: Mapping[str, Any]) -> dict[str, Any]:
         'raw_status': status,
         'detail': str(check.get('detail') or ''),
         'seconds': check.get('seconds'),
+        # A check's own table (the move matrix's): {columns, rows}.
+        **({'table': check['table']} if check.get('table') else {}),
     }
 
 
@@ -193,6 +195,17 @@ def _why(result: Mapping[str, Any]) -> str:
     return _md(reason)[:300]
 
 
+def table_md(name: str, table: Mapping[str, Any]) -> str:
+    """A check's own table, under its name."""
+    columns = table['columns']
+    out = ['\n## Check %s\n\n' % name,
+           '| %s |\n' % ' | '.join(columns),
+           '|%s\n' % ('---|' * len(columns))]
+    out += ['| %s |\n' % ' | '.join(_md(str(cell)) for cell in row)
+            for row in table['rows']]
+    return ''.join(out)
+
+
 def render_md(cmp: Mapping[str, Any]) -> str:
     """latest.md."""
     summary = cmp['summary']
@@ -244,6 +257,9 @@ def render_md(cmp: Mapping[str, Any]) -> str:
                 _md(check['name']), check['raw_status'].upper()
                 if check['status'] != 'passed' else check['raw_status'],
                 _md(detail[0] if detail else '')[:300]))
+        for check in cmp['checks']:
+            if check.get('table'):
+                out.append(table_md(check['name'], check['table']))
     if cmp.get('timing'):
         out.append(timing_md(cmp['timing']))
     out.append('\n## Per test\n\n| test | stock | plugin | verdict |\n'

@@ -50,8 +50,11 @@ DEFAULT_TIMEOUT = 1800.0
 #: the gate's 2 cores run it in about 7 minutes a driver, two in about 13.
 CONCURRENCY = 6
 
-#: name: (ram MiB, vcpus, root disk GiB). tempest: flavor_ref, _alt.
-FLAVORS = {'gate.tiny': (128, 1, 1), 'gate.small': (192, 1, 2)}
+#: name: (ram MiB, vcpus, root disk GiB, ephemeral GiB, swap MiB).
+#: tempest: flavor_ref, _alt (the first two); the move matrix: the others.
+FLAVORS = {'gate.tiny': (128, 1, 1, 0, 0), 'gate.small': (192, 1, 2, 0, 0),
+           'gate.disks': (128, 1, 1, 1, 16),
+           'gate.disks.big': (128, 1, 2, 1, 16)}
 IMAGES = {'qcow2': 'gate-boot-qcow2', 'raw': 'gate-boot-raw',
           'vhdx': 'gate-boot-vhdx'}
 UNSUPPORTED_NAME = 'gate-unsupported-%s'
@@ -120,12 +123,13 @@ def _ensure_image(conn: Any, name: str, path: str, disk_format: str) -> str:
 
 
 def _ensure_flavor(conn: Any, name: str, ram: int, vcpus: int,
-                   disk: int) -> str:
+                   disk: int, ephemeral: int, swap: int) -> str:
     found = conn.compute.find_flavor(name, ignore_missing=True)
     if found is not None:
         return str(found.id)
     return str(conn.compute.create_flavor(
-        name=name, ram=ram, vcpus=vcpus, disk=disk, is_public=True).id)
+        name=name, ram=ram, vcpus=vcpus, disk=disk, ephemeral=ephemeral,
+        swap=swap, is_public=True).id)
 
 
 def prepare(cloud: Mapping[str, Any]) -> dict[str, Any]:
