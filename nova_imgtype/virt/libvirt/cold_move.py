@@ -45,6 +45,8 @@ from nova_imgtype.virt.libvirt import remote_storage
 LOG = logging.getLogger(__name__)
 
 DISK_INFO = disk_info_file.DISK_INFO
+#: Stock's name of the swap disk, which no cold move copies.
+SWAP = 'disk.swap'
 
 #: Stock's ``migrate_disk_and_power_off``, with the arguments it was
 #: called with: its disk info (JSON).
@@ -143,7 +145,7 @@ class ColdMove:
             copies = [(os.path.join(self.inst_base_resize,
                                     os.path.basename(i['path'])),
                        i['path'], shared) for i in withheld
-                      if os.path.basename(i['path']) != 'disk.swap']
+                      if os.path.basename(i['path']) != SWAP]
             self._send(copies, shared)
             return jsonutils.dumps(withheld)
 
@@ -204,6 +206,11 @@ class ColdMove:
                     disk_info_file.unhide(self.inst_base, self.kept)
                     stage_in()
                     self._unmake()
+            # Stock's rule: no swap disk is copied (the guest is off; the
+            # destination makes it anew). Staged out with the others, it
+            # goes back into the pool on a revert.
+            sent = [(name, fmt) for name, fmt in vols
+                    if name[len(instance.uuid) + 1:] != SWAP]
             target_dir = pool_dir if dest_pools else self.inst_base
             shared_pool = self._stock.is_path_shared_with(self.dest,
                                                           target_dir)
@@ -212,10 +219,10 @@ class ColdMove:
             copies = [(os.path.join(self.inst_base_resize, name),
                        os.path.join(target_dir, name if dest_pools
                                     else name[len(instance.uuid) + 1:]),
-                       shared_pool) for name, _fmt in vols]
+                       shared_pool) for name, _fmt in sent]
             self._send(copies, shared_dir, undo=stage_in)
             for (name, fmt), (_src, target, _shared) in zip(
-                    vols, copies, strict=True):
+                    sent, copies, strict=True):
                 disk_info.append({'type': fmt, 'path': target,
                                   'volume': name}
                                  if dest_pools else
