@@ -167,15 +167,18 @@ def _rebuild(t: Traveller, to: str) -> None:
 
 
 ALL = frozenset(WRITABLE)
+#: A cold move copies the root and ephemeral disks; the swap disk is made
+#: anew on the destination (stock's rule).
+COPIED = frozenset({'disk', 'disk.eph0'})
 #: In the order a server travels them: each leg leaves from where the one
 #: before ended. The evacuation, last, is made for every server on a host
 #: at once (its nova-compute stopped once): see :func:`_evacuate_all`.
 LEGS = (
     Leg('live migration', 'ACTIVE', ALL, True, True, False, _live),
-    Leg('cold migration', 'SHUTOFF', ALL, True, True, False, _cold),
+    Leg('cold migration', 'SHUTOFF', COPIED, True, True, False, _cold),
     Leg('resize up, reverted', 'ACTIVE', ALL, True, True, True,
         _resize_revert),
-    Leg('resize up', 'SHUTOFF', ALL, True, True, False, _resize_up),
+    Leg('resize up', 'SHUTOFF', COPIED, True, True, False, _resize_up),
     # The root disk travels as a snapshot in Glance; ephemeral and swap
     # disks are made anew (stock's rule), and so is the config drive.
     Leg('shelve, unshelve', 'ACTIVE', frozenset({'disk'}), False, True,
@@ -272,7 +275,9 @@ def _check(t: Traveller, leg: Leg, status: str, host: str, when: str,
         stored_in, stored = _stored_format(d, t.server)
         formats = {'domain': d.fmt, 'header': header}
         if stored_in:
-            formats[stored_in] = stored
+            # libvirt's dir pool calls an ISO 9660 file (a config drive)
+            # "iso": raw bytes to QEMU.
+            formats[stored_in] = 'raw' if stored == 'iso' else stored
         if name in recorded:
             formats['record'] = recorded[name]
         if len(set(formats.values())) != 1:

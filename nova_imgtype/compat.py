@@ -44,7 +44,7 @@ READS: Mapping[str, tuple[str, ...]] = {
     _DRIVER + 'prepare_for_spawn': ('instance',),
     _DRIVER + 'spawn': ('instance', 'image_meta', 'block_device_info'),
     _DRIVER + 'rebuild': ('context', 'instance', 'image_meta',
-                          'block_device_info'),
+                          'block_device_info', 'evacuate'),
     _DRIVER + '_cleanup': ('instance', 'block_device_info',
                            'cleanup_instance_dir', 'cleanup_instance_disks'),
     _DRIVER + '_cleanup_resize': ('instance',),

@@ -138,8 +138,8 @@ def test_the_results_show_a_checks_table_under_its_name():
                            None, {})
     cmp = results.compare(run, run, [found], min_passed=1)
     md = results.render_md(cmp)
-    assert ('## Check move-matrix\n\n| image | move | result |\n|---|---|---|\n'
-            '| raw | live migration | pass |\n'
+    assert ('## Check move-matrix\n\n| image | move | result |\n'
+            '|---|---|---|\n| raw | live migration | pass |\n'
             '| qcow2 | rebuild | FAIL: a \\| b |\n') in md
     assert '| move-matrix | pass | 2 legs (1 failed) |' in md
 

@@ -143,7 +143,8 @@ def test_plugin_tests_load_with_unittest_discovery():
         'nova_imgtype']
     assert (test_dir, top_level_dir) == ext.obj.load_tests()
     assert os.path.isdir(test_dir)
-    assert os.path.isdir(os.path.join(top_level_dir, 'nova_imgtype_tempest_plugin'))
+    assert os.path.isdir(os.path.join(top_level_dir,
+                                      'nova_imgtype_tempest_plugin'))
 
     loader = unittest.TestLoader()
     suite = loader.discover(test_dir, top_level_dir=top_level_dir)

@@ -205,9 +205,12 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
         rebuild (destroy, spawn), which the compute manager runs when the
         driver's is not implemented."""
         call = compat.driver('rebuild', self, args, kwargs)
+        instance: objects.Instance = call['instance']
         self._record.check_rebuild(
-            call['context'], call['instance'], call['image_meta'],
-            self._is_booted_from_volume(call['block_device_info']))
+            call['context'], instance, call['image_meta'],
+            self._is_booted_from_volume(call['block_device_info']),
+            disks_made_anew=bool(call['evacuate']) and
+            not self.instance_on_disk(instance))
         raise NotImplementedError()
 
     def _cleanup(self, *args: Any, **kwargs: Any) -> None:

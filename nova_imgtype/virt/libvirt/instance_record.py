@@ -94,7 +94,7 @@ class InstanceRecord:
                      instance=instance)
             return
         if instance.vm_state == vm_states.SHELVED_OFFLOADED:
-            self._restore_storage_on_unshelve(instance)
+            self._storage_made_anew(instance)
         self._resolver.ensure_served(instance, self._conf.host)
         self._disks.use_this_hosts_pool(instance)
         # The config drive is made anew here: where the record says, or
@@ -110,7 +110,8 @@ class InstanceRecord:
         record_mod.set_value(instance, SYSMETA_IMAGE, instance.image_ref)
 
     def check_rebuild(self, context: Any, instance: objects.Instance,
-                      image_meta: Any, booted_from_volume: bool) -> None:
+                      image_meta: Any, booted_from_volume: bool,
+                      disks_made_anew: bool = False) -> None:
         """Refuse, before the old disk is touched, a rebuild to an image
         this host cannot use, or of an instance whose recorded storage it
         does not serve: InstanceFaultRollback, the image put back.
@@ -118,6 +119,11 @@ class InstanceRecord:
         Nova schedules no rebuild through request filters, so this is where
         an image of a format the host does not support is stopped; stock's
         rebuild destroys the disks before its spawn would refuse them.
+
+        :param disks_made_anew: an evacuation whose disks are not on this
+            host's storage (not shared): they are made here anew, where
+            this host keeps new disks of the instance's backend, recorded
+            before any is made (as an unshelve's).
         """
         disk_format = (image_meta.disk_format
                        if image_meta.obj_attr_is_set('disk_format') else None)
@@ -136,6 +142,8 @@ class InstanceRecord:
                                  '%(fmt)s (it can use: %(ok)s)') % {
                             'host': self._conf.host, 'fmt': disk_format,
                             'ok': ', '.join(sorted(supported))}))
+        if disks_made_anew:
+            self._storage_made_anew(instance)
         try:
             self._resolver.ensure_served(instance, self._conf.host)
         except exception.BackendNotServedByHost as e:
@@ -169,18 +177,18 @@ class InstanceRecord:
         instance.image_ref = orig
         instance.save()
 
-    def _restore_storage_on_unshelve(self,
-                                     instance: objects.Instance) -> None:
-        """Unshelve makes the disks anew: they go where this host keeps
-        new disks of the instance's backend (a legacy instance moves into
-        the pools, a pool instance on a host without pools gets files)."""
+    def _storage_made_anew(self, instance: objects.Instance) -> None:
+        """An unshelve, or an evacuation without shared storage, makes the
+        disks anew: they go where this host keeps new disks of the
+        instance's backend (a legacy instance moves into the pools, a pool
+        instance on a host without pools gets files)."""
         decision = self._resolver.decision_for(instance)
         new = self._resolver.made_anew(decision)
         if new == decision:
             return
         self._resolver.record(instance, new)
         instance.save()
-        LOG.info('Unshelved disks of backend %(backend)s are made as '
+        LOG.info('Disks of backend %(backend)s made anew here are '
                  '%(storage)s storage (were %(was)s)',
                  {'backend': decision.backend, 'storage': new.storage,
                   'was': decision.storage}, instance=instance)
