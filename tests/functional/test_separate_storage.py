@@ -383,3 +383,45 @@ class LegacyColdMoveTest(_MovesBase):
             if name in carried:
                 self.assertTrue(self.guest_has('compute2', path, fmt, *DATA),
                                 'the data of %s lost' % name)
+
+    def test_a_flat_instance_moved_to_a_host_with_a_dir_pool_is_adopted(
+            self) -> None:
+        """A host makes disks of every backend its pools' types implement
+        in its pools (a flat disk is a raw volume of its dir pool, as an
+        unshelve or an evacuation there makes it); a cold move there adopts
+        the files of such an instance into the pool too, as a live
+        migration and a hard reboot there do: one rule. Found by the gate's
+        move matrix: a flat instance resized onto the pools host
+        (``images_type = qcow2``) stayed files, while one evacuated there
+        got volumes."""
+        self.start_compute('compute1', images_type='flat', flags={
+            'libvirt': {'use_storage_pools': False}})
+        self.start_compute('compute2', images_type='qcow2', flags=POOLS_ON)
+        image = self.create_image('raw', size_mb=4)
+        flavor = self._create_flavor(memory_mb=512, vcpu=1, disk=1,
+                                     ephemeral=1)
+        server = self.boot_server(image['id'], host='compute1',
+                                  flavor_id=flavor)
+        self.assertEqual('legacy', self.storage_record(server))
+        before = self.domain_disks('compute1', server)
+        self.assertEqual({'disk': 'raw', 'disk.eph0': 'raw'}, before)
+        for name, fmt in before.items():
+            self.write_guest('compute1', self.instance_path(server, name),
+                             fmt, *DATA)
+
+        server = self._migrate_server(server, host='compute2',
+                                      api=self.admin_api)
+        server = self._confirm_resize(server)
+        self.assertEqual('pools', self.storage_record(server))
+        volumes = [pool_specs.volume_name(server['id'], name)
+                   for name in before]
+        self.assertEqual(sorted(volumes),
+                         self.volumes('compute2', pool_specs.DISKS_POOL))
+        pool = self.connections['compute2'].storagePoolLookupByName(
+            pool_specs.DISKS_POOL)
+        for name, fmt in before.items():
+            path = pool.storageVolLookupByName(
+                pool_specs.volume_name(server['id'], name)).path()
+            self.assertTrue(self.guest_has('compute2', path, fmt, *DATA),
+                            name)
+            self.assertEqual(fmt, self.disk_info('compute2', path)['format'])

@@ -99,9 +99,13 @@ class InstanceDisks:
         self.pools.delete_instance_volumes(pool, instance.uuid, suffix)
 
     def can_move_to_pools(self, instance: objects.Instance) -> bool:
+        """Whether the instance's files belong in this host's pools: it is
+        legacy, and this host makes new disks of its backend in a pool
+        (:meth:`.Resolver.storage_for`, the one rule)."""
         decision = self._resolver.decision_for(instance)
         return (decision.storage == resolver_mod.LEGACY and
-                decision.backend in self._resolver.pool_backends())
+                self._resolver.storage_for(decision.backend) ==
+                resolver_mod.POOLS)
 
     def move_to_pools(self, instance: objects.Instance) -> None:
         """Move a stopped legacy instance's disks into its pool.
