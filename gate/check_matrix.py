@@ -318,8 +318,15 @@ def _check(t: Traveller, leg: Leg, status: str, host: str, when: str,
         '%s=%s' % kv for kv in sorted(recorded.items())) if recorded else '')
 
 
+def _kind(t: Traveller, host: str) -> str:
+    """``compute1 (pools)``: a host and its kind."""
+    pools = B.compute(t.cloud, host).get('use_storage_pools')
+    return '%s (%s)' % (host, 'pools' if pools else 'files')
+
+
 def _row(t: Traveller, leg: Leg, source: str, to: str) -> dict[str, str]:
-    row = {'image': t.fmt, 'move': leg.name, 'from': source, 'to': to,
+    row = {'image': t.fmt, 'move': leg.name, 'from': _kind(t, source),
+           'to': _kind(t, to),
            'state': leg.status, 'left behind': '', 'result': 'FAIL'}
     t.rows.append(row)
     return row

@@ -36,6 +36,11 @@ def test_recorded_formats_are_the_records_pairs():
             'disk': 'qcow2', 'disk.eph0': 'raw'}
 
 
+#: Two hosts named as their kinds.
+CLOUD = {'computes': [{'host': 'pools', 'use_storage_pools': True},
+                      {'host': 'files', 'use_storage_pools': False}]}
+
+
 class _Cloud:
     """Two hosts; a leg's move puts the server where it is sent."""
 
@@ -67,7 +72,7 @@ class _Cloud:
 
 def test_each_server_travels_every_move_there_and_back(monkeypatch):
     cloud = _Cloud(monkeypatch)
-    t = M.Traveller({}, None, {}, 'raw',
+    t = M.Traveller(CLOUD, None, {}, 'raw',
                     server=SimpleNamespace(compute_host='pools'))
     M._journey(t, 'pools', 'files')
     assert cloud.moves == [
@@ -86,7 +91,8 @@ def test_each_server_travels_every_move_there_and_back(monkeypatch):
         ('resize up, reverted', 'files'), ('resize up', 'pools'),
         ('shelve, unshelve', 'files')]
     assert [(r['from'], r['to'], r['result']) for r in t.rows] == [
-        (a, b, 'pass') for _, a, b in cloud.moves]
+        ('%s (%s)' % (a, a), '%s (%s)' % (b, b), 'pass')
+        for _, a, b in cloud.moves]
     # The journey ends where it began: the evacuation leaves from there.
     assert t.host == 'pools'
 
@@ -99,7 +105,7 @@ def test_a_failed_leg_says_why_and_ends_the_journey(monkeypatch):
         if leg.name == 'cold migration':
             raise B.CheckFailed('the disk reads nothing')
     monkeypatch.setattr(M, '_check', broken)
-    t = M.Traveller({}, None, {}, 'qcow2',
+    t = M.Traveller(CLOUD, None, {}, 'qcow2',
                     server=SimpleNamespace(compute_host='pools'))
     assert not M._safely(t, M._journey, t, 'pools', 'files')
     assert [(r['move'], r['result']) for r in t.rows] == [
