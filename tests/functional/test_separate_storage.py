@@ -99,6 +99,16 @@ class _MovesBase(base.SeparateStorageTestBase):
             host=host, binary='nova-compute')[0]['id']
         return service_id
 
+    def _boot_with_disks(self, disk_format: str,
+                         swap: int = 16) -> dict[str, Any]:
+        """A server on compute1 with a root, a 1 GiB ephemeral and (if
+        ``swap``) a swap disk of ``swap`` MiB."""
+        image = self.create_image(disk_format, size_mb=4)
+        flavor = self._create_flavor(memory_mb=512, vcpu=1, disk=1,
+                                     ephemeral=1, swap=swap)
+        return self.boot_server(image['id'], host='compute1',
+                                flavor_id=flavor)
+
     def assert_template_recorded(self, server: dict[str, Any]) -> None:
         """The root disk's template is recorded as the image's own cache
         name (qcow2 converted as stock converts it: stock's name)."""
@@ -261,11 +271,7 @@ class PoolDisksTest(FileDisksTest):
         a move of volumes. Found by the gate's move matrix: the swap volume
         went along, data and all, to a host without pools."""
         self._start(pools_on=True)
-        image = self.create_image('qcow2', size_mb=4)
-        flavor = self._create_flavor(memory_mb=512, vcpu=1, disk=1,
-                                     ephemeral=1, swap=16)
-        server = self.boot_server(image['id'], host='compute1',
-                                  flavor_id=flavor)
+        server = self._boot_with_disks('qcow2')
         formats = self.volume_formats('compute1', server)
         for name, fmt in formats.items():
             self.write_guest('compute1',
@@ -343,11 +349,7 @@ class LegacyColdMoveTest(_MovesBase):
         guest wrote it, in the format the domain gives QEMU."""
         self.start_compute('compute1', images_type='flat')
         self.start_compute('compute2', images_type='qcow2')
-        image = self.create_image('raw', size_mb=4)
-        flavor = self._create_flavor(memory_mb=512, vcpu=1, disk=1,
-                                     ephemeral=1, swap=16)
-        server = self.boot_server(image['id'], host='compute1',
-                                  flavor_id=flavor)
+        server = self._boot_with_disks('raw')
         before = self.domain_disks('compute1', server)
         self.assertEqual({'disk': 'raw', 'disk.eph0': 'raw',
                           'disk.swap': 'raw'}, before)
@@ -397,11 +399,7 @@ class LegacyColdMoveTest(_MovesBase):
         self.start_compute('compute1', images_type='flat', flags={
             'libvirt': {'use_storage_pools': False}})
         self.start_compute('compute2', images_type='qcow2', flags=POOLS_ON)
-        image = self.create_image('raw', size_mb=4)
-        flavor = self._create_flavor(memory_mb=512, vcpu=1, disk=1,
-                                     ephemeral=1)
-        server = self.boot_server(image['id'], host='compute1',
-                                  flavor_id=flavor)
+        server = self._boot_with_disks('raw', swap=0)
         self.assertEqual('legacy', self.storage_record(server))
         before = self.domain_disks('compute1', server)
         self.assertEqual({'disk': 'raw', 'disk.eph0': 'raw'}, before)
