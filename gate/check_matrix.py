@@ -23,13 +23,15 @@ after a hard reboot:
 * no SSH session between the computes.
 
 The servers with the same first host travel side by side (one thread
-each): a resize keeps its source out of scheduling for both of them, and
-nothing else asks the scheduler for that host meanwhile.
+each), in step: each leg starts for both once the one before ended for
+both, so that a resize keeps its source out of scheduling for both of them
+and for nothing else.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import json
 import os
@@ -90,6 +92,13 @@ class Leg:
     returns: bool
     #: Makes the move of a server to a host.
     make: Callable[[Traveller, str], None]
+    #: Whether the source is kept out of scheduling while it is made (a
+    #: resize names no destination).
+    steered: bool = False
+
+    def ends(self, here: str, there: str) -> str:
+        """Where a server that leaves ``here`` for ``there`` ends."""
+        return here if self.returns or not self.goes else there
 
 
 # -- the moves ---------------------------------------------------------------
@@ -120,11 +129,10 @@ def _cold(t: Traveller, to: str) -> None:
 
 
 def _resize(t: Traveller, to: str, revert: bool) -> None:
-    source = t.host
-    with B.scheduled_elsewhere(t.conn, source):
-        t.conn.compute.resize_server(t.server,
-                                     t.res['flavors']['gate.disks.big'])
-        t.refresh('VERIFY_RESIZE')
+    # Its source is out of scheduling meanwhile (Leg.steered).
+    t.conn.compute.resize_server(t.server,
+                                 t.res['flavors']['gate.disks.big'])
+    t.refresh('VERIFY_RESIZE')
     if t.host != to:
         raise B.CheckFailed('resized onto %s, not %s' % (t.host, to))
     if revert:
@@ -177,8 +185,9 @@ LEGS = (
     Leg('live migration', 'ACTIVE', ALL, True, True, False, _live),
     Leg('cold migration', 'SHUTOFF', COPIED, True, True, False, _cold),
     Leg('resize up, reverted', 'ACTIVE', ALL, True, True, True,
-        _resize_revert),
-    Leg('resize up', 'SHUTOFF', COPIED, True, True, False, _resize_up),
+        _resize_revert, steered=True),
+    Leg('resize up', 'SHUTOFF', COPIED, True, True, False, _resize_up,
+        steered=True),
     # The root disk travels as a snapshot in Glance; ephemeral and swap
     # disks are made anew (stock's rule), and so is the config drive.
     Leg('shelve, unshelve', 'ACTIVE', frozenset({'disk'}), False, True,
@@ -352,7 +361,7 @@ def _travel(t: Traveller, leg: Leg, here: str, there: str) -> str:
     """One leg from ``here``: mark, move, check, hard reboot, check
     again; where the server ends."""
     to = there if leg.goes else here
-    ends = here if leg.returns or not leg.goes else there
+    ends = leg.ends(here, there)
     row = _row(t, leg, here, to)
     _mark(t, leg.status)
     leg.make(t, to)
@@ -363,12 +372,29 @@ def _travel(t: Traveller, leg: Leg, here: str, there: str) -> str:
     return ends
 
 
-def _journey(t: Traveller, first: str, other: str) -> None:
-    """Every leg but the evacuation, from ``first``: each comes back from
-    where the one before went."""
-    here = first
-    for leg in LEGS:
-        here = _travel(t, leg, here, other if here == first else first)
+def _journey(travellers: list[Traveller], first: str,
+             other: str) -> list[Traveller]:
+    """Every leg but the evacuation, from ``first``, each coming back from
+    where the one before went; the travellers side by side, one thread
+    each, in step: a leg starts for all of them once the one before ended
+    for all, so that a resize's source is out of scheduling for the whole
+    leg of every one of them and for nothing else. A traveller whose leg
+    failed goes no further; those that went through every leg."""
+    here, going = first, list(travellers)
+    with concurrent.futures.ThreadPoolExecutor(len(going)) as pool:
+        for leg in LEGS:
+            there = other if here == first else first
+            steer = (B.scheduled_elsewhere(going[0].conn, here)
+                     if leg.steered else contextlib.nullcontext())
+            with steer:
+                went = [f.result() for f in [
+                    pool.submit(_safely, t, _travel, t, leg, here, there)
+                    for t in going]]
+            going = [t for t, ok in zip(going, went, strict=True) if ok]
+            if not going:
+                break
+            here = leg.ends(here, there)
+    return going
 
 
 def _evacuate_all(travellers: list[Traveller], source: str,
@@ -414,10 +440,7 @@ def _group(cloud: B.Cloud, res: Mapping[str, Any], first: str,
     try:
         for t in travellers:
             t.refresh('ACTIVE')
-        with concurrent.futures.ThreadPoolExecutor(len(travellers)) as pool:
-            done = list(pool.map(lambda t: _safely(t, _journey, t, first,
-                                                   other), travellers))
-        ready = [t for t, ok in zip(travellers, done, strict=True) if ok]
+        ready = _journey(travellers, first, other)
         if ready:
             try:
                 _evacuate_all(ready, first, other)
@@ -429,11 +452,11 @@ def _group(cloud: B.Cloud, res: Mapping[str, Any], first: str,
     return travellers
 
 
-def _safely(t: Traveller, journey: Callable[..., None], *args: Any) -> bool:
-    """Whether ``journey`` went through; a failure said in the row of the
-    leg it stopped at (the rest of the journey not travelled)."""
+def _safely(t: Traveller, travel: Callable[..., Any], *args: Any) -> bool:
+    """Whether ``travel`` went through; a failure said in the row of the
+    leg it stopped at."""
     try:
-        journey(*args)
+        travel(*args)
         return True
     except Exception as e:  # noqa: BLE001 - the leg's result
         if t.rows and t.rows[-1]['result'] != 'pass':

@@ -3,6 +3,9 @@ its table is kept and shown (the matrix itself runs in the gate's cloud)."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -59,14 +62,21 @@ class _Cloud:
                             self.left.append((leg.name, host)))
         monkeypatch.setattr(M, '_rebooted', lambda t, leg, row:
                             row.update(result='pass'))
+        self.steered: list[tuple[str, list[str]]] = []
+
+        @contextlib.contextmanager
+        def steered(conn: Any, host: str) -> Iterator[None]:
+            self.steered.append((host, []))
+            yield
+            self.steered[-1][1].extend(m[0] for m in self.moves)
+        monkeypatch.setattr(B, 'scheduled_elsewhere', steered)
         legs = []
         for leg in M.LEGS:
             def make(t: Any, to: str, leg: M.Leg = leg) -> None:
                 self.moves.append((leg.name, t.host, to))
                 if leg.goes and not leg.returns:
                     t.server.compute_host = to
-            legs.append(M.Leg(leg.name, leg.status, leg.keeps,
-                              leg.keeps_drive, leg.goes, leg.returns, make))
+            legs.append(dataclasses.replace(leg, make=make))
         monkeypatch.setattr(M, 'LEGS', tuple(legs))
 
 
@@ -74,7 +84,7 @@ def test_each_server_travels_every_move_there_and_back(monkeypatch):
     cloud = _Cloud(monkeypatch)
     t = M.Traveller(CLOUD, None, {}, 'raw',
                     server=SimpleNamespace(compute_host='pools'))
-    M._journey(t, 'pools', 'files')
+    assert M._journey([t], 'pools', 'files') == [t]
     assert cloud.moves == [
         ('live migration', 'pools', 'files'),
         ('cold migration', 'files', 'pools'),
@@ -95,6 +105,9 @@ def test_each_server_travels_every_move_there_and_back(monkeypatch):
         for _, a, b in cloud.moves]
     # The journey ends where it began: the evacuation leaves from there.
     assert t.host == 'pools'
+    # Each resize's source is out of scheduling while it is made.
+    assert [(host, moves[-1]) for host, moves in cloud.steered] == [
+        ('pools', 'resize up, reverted'), ('pools', 'resize up')]
 
 
 def test_a_failed_leg_says_why_and_ends_the_journey(monkeypatch):
@@ -107,7 +120,7 @@ def test_a_failed_leg_says_why_and_ends_the_journey(monkeypatch):
     monkeypatch.setattr(M, '_check', broken)
     t = M.Traveller(CLOUD, None, {}, 'qcow2',
                     server=SimpleNamespace(compute_host='pools'))
-    assert not M._safely(t, M._journey, t, 'pools', 'files')
+    assert M._journey([t], 'pools', 'files') == []
     assert [(r['move'], r['result']) for r in t.rows] == [
         ('live migration', 'pass'),
         ('cold migration', 'FAIL: the disk reads nothing')]
