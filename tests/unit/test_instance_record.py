@@ -79,3 +79,18 @@ def test_a_rebuild_of_a_volume_backed_instance_is_the_volumes(record,
     record.check_rebuild(None, inst, _meta('vhdx'), booted_from_volume=True)
     assert inst.image_ref == NEW
     inst.save.assert_not_called()
+
+
+def test_a_refused_evacuation_keeps_the_record_it_had(record):
+    """An evacuation whose disks would be made anew here, of a backend
+    this host cannot serve at all: refused, and the instance's record (its
+    disks are still where it says, on the source) is as it was."""
+    recorded = {record_mod.BACKEND: 'lvm', record_mod.STORAGE: 'pools',
+                record_mod.POOL: 'nova-disks-pool-logical',
+                record_mod.IMAGE: NEW}
+    inst = _instance(vm_states.ACTIVE, **recorded)
+    with pytest.raises(nova_exception.InstanceFaultRollback,
+                       match="image backend 'lvm'"):
+        record.check_rebuild(None, inst, _meta('raw'),
+                             booted_from_volume=False, disks_made_anew=True)
+    assert {k: inst.system_metadata.get(k) for k in recorded} == recorded

@@ -142,11 +142,16 @@ class InstanceRecord:
                                  '%(fmt)s (it can use: %(ok)s)') % {
                             'host': self._conf.host, 'fmt': disk_format,
                             'ok': ', '.join(sorted(supported))}))
+        was = self._resolver.recorded(instance)
         if disks_made_anew:
             self._storage_made_anew(instance)
         try:
             self._resolver.ensure_served(instance, self._conf.host)
         except exception.BackendNotServedByHost as e:
+            if was is not None and self._resolver.recorded(instance) != was:
+                # Refused: the disks stay where the record said.
+                self._resolver.record(instance, was)
+                instance.save()
             self._put_back_image(context, instance)
             raise nova_exception.InstanceFaultRollback(e) from e
 
