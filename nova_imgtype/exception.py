@@ -98,6 +98,12 @@ class VolumeExists(StorageException):
                 "it is not overwritten")
 
 
+class DiskFileExists(StorageException):
+    msg_fmt = _("Disk file %(path)s already exists while volume %(volume)s "
+                "of the instance is in storage pool %(pool)s; neither is "
+                "overwritten")
+
+
 class VolumeNotFound(StorageException):
     msg_fmt = _("Volume %(volume)s not found in storage pool %(pool)s")
 

@@ -9,6 +9,11 @@ Without ``--config-file`` it reads what nova-manage reads
 ``compute_driver`` is not nova-imgtype's driver, and warns of options set
 in nova-imgtype's groups that nothing registers (a misspelt option, which
 nova-compute would ignore).
+
+``nova-imgtype prepare-uninstall [--apply] [--format table|json]`` tells
+what keeps this compute from stock's ``libvirt.LibvirtDriver`` and, with
+``--apply`` (nova-compute stopped), takes it back
+(:mod:`nova_imgtype.cmd.prepare_uninstall`).
 """
 
 from __future__ import annotations
@@ -107,10 +112,42 @@ def check(conf: cfg.ConfigOpts, out_format: str) -> int:
     return 0
 
 
+def prepare_uninstall(conf: cfg.ConfigOpts, apply: bool,
+                      out_format: str) -> int:
+    """``prepare-uninstall``: the options checked as for ``check``, then
+    :func:`nova_imgtype.cmd.prepare_uninstall.prepare`."""
+    with cmd.config_value_errors():
+        import libvirt
+        import oslo_messaging
+        from nova import exception as nova_exception
+
+        import nova_imgtype.conf  # noqa: F401  (Nova's options and ours)
+        from nova_imgtype import exception
+        from nova_imgtype.cmd import prepare_uninstall as prepare_mod
+
+        try:
+            cmd.check_as_nova_compute(conf)
+            return prepare_mod.prepare(conf, apply, out_format)
+        except (cfg.ConfigFileValueError, exception.ImgtypeException,
+                nova_exception.NovaException, libvirt.libvirtError,
+                oslo_messaging.MessagingException, ValueError) as e:
+            print('ERROR: %s' % cmd.describe(e), file=sys.stderr)
+            return 2
+
+
 def add_command_parsers(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         'check', help='validate the options and show, per disk_format, the '
         'backend, conversion and trait of a new instance')
+    parser.add_argument('--format', dest='out_format',
+                        choices=('table', 'json'), default='table')
+    parser = subparsers.add_parser(
+        'prepare-uninstall', help='list what keeps this compute from '
+        'stock\'s libvirt.LibvirtDriver; with --apply, move stopped '
+        'instances back to stock\'s layout, then remove the storage pools '
+        'and traits nova-imgtype made (nova-compute stopped)')
+    parser.add_argument('--apply', action='store_true',
+                        help='do it (without: only say what it would do)')
     parser.add_argument('--format', dest='out_format',
                         choices=('table', 'json'), default='table')
 
@@ -152,6 +189,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         with cmd.config_file_errors():
             CONF(args, project='nova', prog='nova-imgtype',
                  version=cmd.version())
+        if CONF.command.name == 'prepare-uninstall':
+            return prepare_uninstall(CONF, CONF.command.apply,
+                                     CONF.command.out_format)
         return check(CONF, CONF.command.out_format)
     except cfg.Error as e:
         print('ERROR: %s' % cmd.describe(e), file=sys.stderr)

@@ -53,6 +53,9 @@ def pool_driver(driver, conf, libvirt_conn, libvirt_tmp_path):  # noqa: F811
         conf.conf.instances_path)]
     yield drv
     for pool in made:
+        if pool.name() not in libvirt_conn.listDefinedStoragePools() + \
+                libvirt_conn.listStoragePools():
+            continue                    # undefined by the test
         pool.destroy()
         pool.undefine()
 

@@ -141,6 +141,58 @@ def stage_in(pool: Any, instance: Any, directory: str,
              pool.name(), instance=instance)
 
 
+def release(pool: Any, instance: Any, instance_dir: str) -> list[str]:
+    """Rename the instance's volume files out of the dir pool into its
+    instance directory as stock names its files (``{uuid}_{name}`` ->
+    ``{instance_dir}/{name}``), then refresh the pool: the inverse of
+    :func:`adopt`, on the way back to stock's driver. A file already
+    moved is skipped; a failure puts back what this call moved. The disk
+    names moved.
+
+    :raises DiskFileExists: a file of that name is in the instance
+        directory while its volume is in the pool too.
+    """
+    pool_dir = pool_specs.pool_target(pool)
+    prefix = instance.uuid + '_'
+    os.makedirs(instance_dir, exist_ok=True)
+    moved: list[tuple[str, str]] = []
+    try:
+        for volume in volume_files(pool_dir):
+            if not volume.startswith(prefix):
+                continue
+            src = os.path.join(pool_dir, volume)
+            dest = os.path.join(instance_dir, volume[len(prefix):])
+            if os.path.exists(dest):
+                raise exception.DiskFileExists(
+                    path=dest, volume=volume, pool=pool.name())
+            os.rename(src, dest)
+            moved.append((src, dest))
+        pool_specs.refresh(pool)
+    except Exception:
+        with excutils.save_and_reraise_exception():
+            for src, dest in reversed(moved):
+                os.rename(dest, src)
+    return [os.path.basename(dest) for _src, dest in moved]
+
+
+def write_formats(instance_dir: str, formats: dict[str, str]) -> None:
+    """Record the format of each of the instance's disk files ``formats``
+    (name -> format) in its ``disk.info`` as stock does (keyed by path),
+    keeping the entries already there for other files. Written to a
+    temporary file and renamed over it: never half written."""
+    path = os.path.join(instance_dir, DISK_INFO)
+    recorded: dict[str, Any] = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            recorded = jsonutils.loads(f.read().strip() or '{}')
+    for name, fmt in formats.items():
+        recorded[os.path.join(instance_dir, name)] = fmt
+    tmp = path + '.imgtype-new'
+    with open(tmp, 'w') as f:
+        f.write(jsonutils.dumps(recorded))
+    os.replace(tmp, path)
+
+
 def volume_files(directory: str) -> list[str]:
     """The instance volume files (``{uuid}_{name}``) in a dir pool's
     directory (none without it)."""

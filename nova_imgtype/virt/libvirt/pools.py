@@ -203,6 +203,29 @@ class StoragePools:
             return recorded_name
         return key
 
+    def own_pools(self) -> list[Pool]:
+        """The pools nova-imgtype defines on this host, by their names
+        (:data:`~.pool_specs.BASE_POOL`, ``nova-disks-pool*``), started or
+        not."""
+        conn = self._conn(pool_specs.DISKS_POOL)
+        return sorted(
+            (p for p in conn.listAllStoragePools(0)
+             if p.name() == pool_specs.BASE_POOL or
+             p.name().startswith(pool_specs.DISKS_POOL)),
+            key=lambda p: p.name())
+
+    def forget(self, pool: Pool) -> None:
+        """Stop and undefine ``pool``, its storage as it is: a dir pool's
+        directory and files, an rbd pool's images stay. A logical pool is
+        only undefined: stopping it would deactivate its volume group,
+        whose other volumes (stock's lvm disks) stay in use."""
+        if pool_specs.pool_type(pool) != 'logical' and pool.isActive():
+            pool.destroy()
+        pool.undefine()
+        self._definitions.pop(pool.UUIDString(), None)
+        self._names = {k: v for k, v in self._names.items()
+                       if v != pool.name()}
+
     def find_pool(self, name: str) -> Pool | None:
         """The pool ``name``, started or not; None when there is none."""
         try:

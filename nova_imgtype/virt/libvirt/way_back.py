@@ -1,0 +1,324 @@
+"""The way back to stock's ``libvirt.LibvirtDriver``.
+
+:class:`WayBack` tells, instance by instance, what on this host stock's
+driver could not serve once nova-imgtype is gone, and moves what it can
+back to stock's layout (``nova-imgtype prepare-uninstall``):
+
+* a disk that is a volume of a dir pool becomes the instance's file again
+  (``{uuid}_{name}`` renamed to ``<instances_path>/<uuid>/<name>``, free
+  whatever the size, :func:`.pool_dir.release`), its format written in
+  ``disk.info`` from the record, where stock's Flat reads it;
+* a volume of a logical or rbd pool that stock's ``images_type`` backend
+  names the same way (``{uuid}_{name}`` in ``images_volume_group`` or
+  ``images_rbd_pool``) stays where it is: only the record changes;
+* on a host whose ``images_type`` is qcow2, a disk file of another format
+  (a mapped instance's raw disk) is converted to qcow2 as stock's cold
+  migration converts a raw one (Nova's ``convert_image``, the recorded
+  format named): stock's Qcow2 backend gives QEMU every disk as qcow2.
+
+Every format comes from the instance's record (or stock's ``disk.info``),
+never from the bytes of a disk. The record says the new layout before any
+file moves, and is put back when a move fails. Only a stopped instance is
+moved, and only while nova-compute is down (the CLI checks): a running one
+is left, with what to do, as is one whose disks stock's backend here can't
+serve in any layout (files on an lvm or rbd host, volumes of a Ceph pool
+that is not ``images_rbd_pool``): it must move to a host that keeps
+nova-imgtype.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from nova import objects
+from nova.virt import images
+from nova.virt.libvirt import utils as libvirt_utils
+from oslo_config import cfg
+from oslo_log import log as logging
+from oslo_utils import excutils
+
+from nova_imgtype import record as record_mod
+from nova_imgtype.virt.libvirt import instance_disks as disks_mod
+from nova_imgtype.virt.libvirt import pool_dir
+from nova_imgtype.virt.libvirt import pool_specs
+from nova_imgtype.virt.libvirt import resolver as resolver_mod
+
+LOG = logging.getLogger(__name__)
+
+#: Stock serves the instance as it is.
+READY = 'ready'
+#: ``--apply`` would move it back (a dry run's answer).
+TO_MOVE = 'to move'
+#: Moved back now.
+MOVED = 'moved'
+#: Something keeps it on nova-imgtype: the reason says what to do.
+LEFT = 'left'
+
+#: The steps of a way back, in their order.
+TO_FILES = 'disks out of storage pool %s into files'
+RECORD_ONLY = 'disks kept where they are: %s'
+TO_QCOW2 = '%s converted to qcow2'
+FORMATS = 'formats of its files written in disk.info from the record'
+
+_MOVE_AWAY = ('move it to a host that keeps nova-imgtype (openstack server '
+              'migrate)')
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """What the way back found (and did) for one instance."""
+
+    uuid: str
+    name: str
+    vm_state: str
+    outcome: str
+    detail: str
+
+
+class _Left(Exception):
+    """Stock's driver here cannot serve the instance in any layout."""
+
+
+class WayBack:
+    """The instances of this host, on their way back to stock's driver.
+
+    :param resolver: the instances' records.
+    :param disks: their disks on this host's storage pools.
+    :param conf: the configuration nova-compute ran with (its
+        ``images_type`` is the one stock's driver will use).
+    """
+
+    def __init__(self, resolver: resolver_mod.BackendResolver,
+                 disks: disks_mod.InstanceDisks,
+                 conf: cfg.ConfigOpts) -> None:
+        self._resolver = resolver
+        self._disks = disks
+        self._conf = conf
+
+    def stock_backend(self) -> str:
+        """The backend stock's driver gives every instance here."""
+        return self._resolver.default_backend()
+
+    def review(self, instance: objects.Instance, stopped: bool,
+               apply: bool) -> Finding:
+        """What keeps the instance from stock's driver, and with ``apply``
+        (and ``stopped``: its guest not running, no task under way) the
+        moves that take it back. The caller saves nothing: an instance
+        moved is saved here, before and after its disks move.
+        """
+        def finding(outcome: str, detail: str) -> Finding:
+            return Finding(instance.uuid, instance.display_name or '',
+                           instance.vm_state or '', outcome, detail)
+
+        decision = self._resolver.recorded(instance)
+        if decision is None:
+            return finding(READY, 'no nova-imgtype record: stock made it')
+        try:
+            steps = self._steps(instance, decision)
+        except _Left as e:
+            return finding(LEFT, '%s: %s' % (e, _MOVE_AWAY))
+        if not steps:
+            return finding(READY, 'stock\'s %s backend serves it as it is'
+                           % self.stock_backend())
+        what = '; '.join(steps)
+        if not apply:
+            return finding(TO_MOVE, what)
+        if not stopped:
+            return finding(LEFT, '%s when stopped: stop it (openstack server '
+                           'stop) and run again, or %s' % (what, _MOVE_AWAY))
+        self._move(instance, decision)
+        return finding(MOVED, what)
+
+    def _steps(self, instance: objects.Instance,
+               decision: record_mod.BackendDecision) -> list[str]:
+        """The moves that take the instance back, as words.
+
+        :raises _Left: none does.
+        """
+        stock = self.stock_backend()
+        files = decision.backend in resolver_mod.FILE_BACKENDS
+        steps = []
+        if files and stock not in resolver_mod.FILE_BACKENDS:
+            raise _Left('its disks are files (backend %s); stock\'s %s '
+                        'backend looks for them elsewhere'
+                        % (decision.backend, stock))
+        if not files and decision.backend != stock:
+            raise _Left('its disks are on backend %s; stock serves only %s '
+                        'here' % (decision.backend, stock))
+        if decision.storage == resolver_mod.POOLS:
+            if files:
+                steps.append(TO_FILES % decision.pool)
+            elif self._stock_names(decision):
+                steps.append(RECORD_ONLY % pool_specs.location_key(
+                    pool_specs.disks_pool_spec(self._conf, stock)))
+            else:
+                raise _Left('its disks are volumes of %s, not where stock\'s '
+                            '%s backend looks for them' % (
+                                decision.pool_location or decision.pool,
+                                stock))
+        elif files and pool_dir.legacy_formats(
+                libvirt_utils.get_instance_path(instance),
+                [n for n in self._names(instance, decision)
+                 if n not in ('kernel', 'ramdisk')]) is None:
+            steps.append(FORMATS)
+        if (decision.config_drive == record_mod.LOCAL and
+                stock not in resolver_mod.FILE_BACKENDS):
+            raise _Left('its config drive is a local file; stock\'s %s '
+                        'backend looks for it in its own storage' % stock)
+        if files and stock == 'qcow2':
+            other = self._not_qcow2(instance, decision)
+            if other:
+                steps.append(TO_QCOW2 % ', '.join(
+                    '%s (%s)' % item for item in other))
+        return steps
+
+    def _stock_names(self, decision: record_mod.BackendDecision) -> bool:
+        """Whether stock's backend finds the disks of an lvm or rbd pool
+        instance where they are: the pool's storage is the one stock's
+        backend uses here (``images_volume_group``, ``images_rbd_pool``),
+        whose volumes are named as stock names its disks."""
+        if not decision.pool_location:
+            return False
+        here = pool_specs.location_key(pool_specs.disks_pool_spec(
+            self._conf, decision.backend))
+        return pool_specs.same_storage(here, decision.pool_location)
+
+    def _names(self, instance: objects.Instance,
+               decision: record_mod.BackendDecision) -> list[str]:
+        """The instance's disk names on this host: its dir pool volumes
+        (pool instance), else its legacy files."""
+        if decision.storage == resolver_mod.POOLS:
+            prefix = instance.uuid + '_'
+            directory = pool_specs.pool_target(
+                self._disks.instance_pool(instance))
+            return [n[len(prefix):] for n in pool_dir.volume_files(directory)
+                    if n.startswith(prefix)]
+        return pool_dir.legacy_files(
+            libvirt_utils.get_instance_path(instance))
+
+    def _formats(self, instance: objects.Instance,
+                 decision: record_mod.BackendDecision) -> dict[str, str]:
+        """The format of each disk (kernel and ramdisk are not disks):
+        stock's ``disk.info`` for a legacy instance's files, where it says,
+        else the record's."""
+        names = [n for n in self._names(instance, decision)
+                 if n not in ('kernel', 'ramdisk')]
+        formats = {n: decision.volume_format(n) for n in names}
+        if decision.storage != resolver_mod.POOLS:
+            recorded = pool_dir.legacy_formats(
+                libvirt_utils.get_instance_path(instance), names)
+            formats.update(recorded or {})
+        return formats
+
+    def _not_qcow2(self, instance: objects.Instance,
+                   decision: record_mod.BackendDecision
+                   ) -> list[tuple[str, str]]:
+        """(name, format) of the disks that are not qcow2 and that stock's
+        Qcow2 backend would give QEMU as qcow2 (every one but those stock
+        always makes raw: config drive, kernel, ramdisk)."""
+        return sorted(
+            (n, fmt) for n, fmt in self._formats(instance, decision).items()
+            if fmt != 'qcow2' and not n.startswith(record_mod.RAW_DISKS))
+
+    def _move(self, instance: objects.Instance,
+              decision: record_mod.BackendDecision) -> None:
+        """Take a stopped instance back to stock's layout.
+
+        The record says each new layout before the disks change: stock's
+        files, then each raw disk converted to qcow2 (one at a time, so
+        that whatever happens, the record says what each disk is). A
+        failure of the move out of the pool puts back the files and the
+        record; a failed conversion leaves the disks converted so far
+        recorded as qcow2 (running the command again converts the rest).
+        """
+        stock = self.stock_backend()
+        files = decision.backend in resolver_mod.FILE_BACKENDS
+        formats = self._formats(instance, decision) if files else {}
+        convert = (self._not_qcow2(instance, decision)
+                   if files and stock == 'qcow2' else [])
+        pool = (self._disks.instance_pool(instance)
+                if files and decision.storage == resolver_mod.POOLS else None)
+        instance_dir = libvirt_utils.get_instance_path(instance)
+        back = self._resolver.with_storage(decision, resolver_mod.LEGACY)
+        self._resolver.record(instance, back)
+        instance.save()
+        released: list[str] = []
+        try:
+            if pool is not None:
+                released = pool_dir.release(pool, instance, instance_dir)
+            if files:
+                pool_dir.write_formats(instance_dir, formats)
+        except Exception:
+            with excutils.save_and_reraise_exception():
+                if released:
+                    pool_dir.adopt(pool, instance, instance_dir, released)
+                self._resolver.record(instance, decision)
+                instance.save()
+        for name, fmt in convert:
+            self._to_qcow2(os.path.join(instance_dir, name), fmt)
+            back = dataclasses.replace(back, disk_formats=tuple(sorted(
+                dict(back.disk_formats, **{name: 'qcow2'}).items())))
+            self._resolver.record(instance, back)
+            instance.save()
+            pool_dir.write_formats(instance_dir, {name: 'qcow2'})
+        if convert:
+            # Every disk is qcow2 now but those stock makes raw: the
+            # backend's formats, as stock's Qcow2 has them.
+            self._resolver.record(instance, dataclasses.replace(
+                back, backend='qcow2', disk_formats=()))
+            instance.save()
+        LOG.info('Back in stock\'s layout: %s', '; '.join(
+            self._steps_done(decision, convert)), instance=instance)
+
+    @staticmethod
+    def _to_qcow2(path: str, fmt: str) -> None:
+        """Convert a disk file of the recorded format ``fmt`` to qcow2 as
+        stock's cold migration does a raw one
+        (``LibvirtDriver._disk_raw_to_qcow2``): Nova's ``convert_image``
+        (the format named, never probed) into a file beside it, renamed
+        over it; a failure removes the partial copy."""
+        tmp = path + '_qcow'
+        try:
+            images.convert_image(path, tmp, fmt, 'qcow2')
+        except Exception:
+            with excutils.save_and_reraise_exception():
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+        os.rename(tmp, path)
+
+    @staticmethod
+    def _steps_done(decision: record_mod.BackendDecision,
+                    convert: list[tuple[str, str]]) -> list[str]:
+        done = ['recorded as stock\'s files (backend %s)' % decision.backend]
+        if decision.storage == resolver_mod.POOLS:
+            done.append('left storage pool %s' % decision.pool)
+        if convert:
+            done.append(TO_QCOW2 % ', '.join('%s (%s)' % c for c in convert))
+        return done
+
+    def own_pools(self) -> list[str]:
+        """The names of the pools nova-imgtype defined on this host."""
+        return [p.name() for p in self._disks.pools.own_pools()]
+
+    def remove_pools(self) -> list[tuple[str, str]]:
+        """Undefine the pools nova-imgtype defined on this host, their
+        storage kept as it is (files, images and logical volumes stay),
+        each but a dir pool that still holds an instance's volume (that
+        instance is still on pools: nothing is moved or deleted here).
+        The caller removes them only once no instance of this host is
+        recorded on pools. (pool name, what was done) for each.
+        """
+        done = []
+        for pool in self._disks.pools.own_pools():
+            name = pool.name()
+            if pool_specs.pool_type(pool) == 'dir':
+                left = pool_dir.volume_files(pool_specs.pool_target(pool))
+                if left:
+                    done.append((name, 'kept: it holds instance volumes '
+                                 '(%s)' % ', '.join(left)))
+                    continue
+            self._disks.pools.forget(pool)
+            LOG.info('Storage pool %s undefined (its storage kept)', name)
+            done.append((name, 'undefined, its storage kept'))
+        return done
