@@ -69,7 +69,7 @@ $(VENV)/.stamp-python: $(VENV)/.stamp-system-demo $(CONSTRAINTS) requirements.tx
 # as an operator would, with its requirements and without constraints: it
 # must change nothing that is installed (Nova's version above all), and the
 # driver must load (tools/check-install).
-$(VENV)/.stamp-self: $(VENV)/.stamp-python setup.cfg pyproject.toml requirements.txt $(shell find nova_imgtype nova -name '*.py')
+$(VENV)/.stamp-self: $(VENV)/.stamp-python setup.cfg setup.py pyproject.toml requirements.txt $(shell find nova_imgtype nova -name '*.py')
 	tools/check-install $(PY)
 	rm -rf build
 	touch $@

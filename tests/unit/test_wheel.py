@@ -20,8 +20,9 @@ def _wheel(tmp_path, subdir=''):
     (a build leaves build/ and *.egg-info behind): (file names, METADATA).
     """
     src = tmp_path / 'src'
+    # With .git: pbr takes the version from it.
     shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
-        '.venv*', '.git', 'build', '*.egg-info', '__pycache__', 'results'))
+        '.venv*', 'build', '*.egg-info', '__pycache__', 'results'))
     out = tmp_path / 'wheel'
     subprocess.run(
         [sys.executable, '-m', 'pip', 'wheel', '--no-deps', '--no-cache-dir',
@@ -83,11 +84,11 @@ def test_the_sdist_holds_what_operators_and_packagers_need(tmp_path):
     import tarfile
     src = tmp_path / 'src'
     shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
-        '.venv*', '.git', 'build', '*.egg-info', '__pycache__', '.tox'))
+        '.venv*', 'build', '*.egg-info', '__pycache__', '.tox'))
     out = tmp_path / 'sdist'
     subprocess.run(
-        [sys.executable, '-c', 'import sys; from setuptools import '
-         'build_meta; build_meta.build_sdist(sys.argv[1])', str(out)],
+        [sys.executable, '-c', 'import sys; from pbr import '
+         'build; build.build_sdist(sys.argv[1])', str(out)],
         check=True, capture_output=True, cwd=src)
     [sdist] = out.glob('nova_imgtype-*.tar.gz')
     with tarfile.open(sdist) as tar:
@@ -109,3 +110,38 @@ def test_the_license_is_declared_as_spdx_and_shipped(tmp_path):
     assert not [line for line in lines
                 if line.startswith('Classifier: License ::')]
     assert [n for n in names if n.endswith('.dist-info/licenses/LICENSE')]
+
+
+def _git(src, *args):
+    subprocess.run(['git', '-C', str(src), '-c', 'user.name=t',
+                    '-c', 'user.email=t@example.org', *args], check=True,
+                   capture_output=True)
+
+
+def test_the_version_comes_from_git_tags(tmp_path):
+    """pbr, as OpenStack projects: a tagged commit is that version, the
+    commits after it a development version of the next one."""
+    src = tmp_path / 'src'
+    subprocess.run(['git', 'clone', '-q', str(ROOT), str(src)], check=True)
+    # The tree as it is (the clone has the last commit's).
+    shutil.copytree(ROOT, src, dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns(
+                        '.git', '.venv*', 'build', '*.egg-info',
+                        '__pycache__', 'results'))
+    _git(src, 'add', '-A')
+    _git(src, 'commit', '-q', '--allow-empty', '-m', 'the tree as it is')
+    _git(src, 'tag', '-a', '-m', 'release', '7.3.0')
+
+    def version():
+        out = tmp_path / ('wheel%d' % len(list(tmp_path.iterdir())))
+        subprocess.run(
+            [sys.executable, '-m', 'pip', 'wheel', '--no-deps',
+             '--no-cache-dir', '--no-build-isolation', '--quiet',
+             '--wheel-dir', str(out), str(src)], check=True,
+            capture_output=True, cwd=tmp_path)
+        [wheel] = out.glob('*.whl')
+        return wheel.name.split('-')[1]
+
+    assert version() == '7.3.0'
+    _git(src, 'commit', '-q', '--allow-empty', '-m', 'after the release')
+    assert version() == '7.3.1.dev1'
