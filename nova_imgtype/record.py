@@ -65,9 +65,17 @@ TEMPLATE = 'imgtype_root_template'
 #: this was).
 CONFIG_DRIVE = 'imgtype_config_drive'
 
+#: The host on which the instance is on its way back to stock's
+#: ``libvirt.LibvirtDriver`` (``nova-imgtype prepare-uninstall --apply``
+#: there): its disks are moved to stock's layout now (stopped) or at its
+#: next hard reboot (running), and that host never moves them into a
+#: storage pool again. Another host (a move to one that keeps nova-imgtype)
+#: ignores it.
+WAY_BACK = 'imgtype_way_back'
+
 #: Every key of the record.
 KEYS = (BACKEND, NATIVE, STORAGE, POOL, POOL_LOCATION, DISK_FORMATS,
-        CONFIG_DRIVE, ARRIVAL, IMAGE, TEMPLATE)
+        CONFIG_DRIVE, ARRIVAL, IMAGE, TEMPLATE, WAY_BACK)
 
 POOLS = 'pools'
 LEGACY = 'legacy'
@@ -168,6 +176,12 @@ def set_template(instance: Any, image_id: str, cache_name: str) -> bool:
     if ':' in image_id or not image_id or not cache_name:
         raise ValueError('template %r of image %r' % (cache_name, image_id))
     return set_value(instance, TEMPLATE, '%s:%s' % (image_id, cache_name))
+
+
+def going_back(meta: Mapping[str, str], host: str) -> bool:
+    """Whether the instance is on its way back to stock's driver on
+    ``host`` (:data:`WAY_BACK`)."""
+    return bool(host) and meta.get(WAY_BACK) == host
 
 
 def set_value(instance: Any, key: str, value: str | None) -> bool:

@@ -143,7 +143,8 @@ def prepare(conf: cfg.ConfigOpts, apply: bool, out_format: str,
             context, host, expected_attrs=['system_metadata']):
         findings.append(back.review(inst, guest_stopped(conn, inst), apply))
     outcomes = {f.outcome for f in findings}
-    clear = not outcomes & {way_back_mod.LEFT, way_back_mod.TO_MOVE}
+    clear = not outcomes & {way_back_mod.LEFT, way_back_mod.TO_MOVE,
+                             way_back_mod.AT_REBOOT}
     pools: list[tuple[str, str]] = []
     traits = own_traits(context, host)
     if apply and clear:

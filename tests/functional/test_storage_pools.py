@@ -172,6 +172,47 @@ class StoragePoolsTest(base.ImgtypeServersTestBase):
                               self._disks_pool().listAllVolumes(0)])
         self.assertFalse(os.path.exists(self.instance_path(server)))
 
+    def test_marked_instance_goes_back_to_files_at_hard_reboot(self) -> None:
+        """Issue 31: ``prepare-uninstall --apply`` marks a running pool
+        instance; nova-compute (still nova-imgtype's) moves it to stock's
+        files at its next hard reboot, driven by stock's compute manager,
+        and never back into the pool."""
+        self.start_compute('compute1', images_type='qcow2',
+                           flags={'libvirt': {'use_storage_pools': True}})
+        image = self.create_image('qcow2', size_mb=4)
+        server = self.boot_server(image['id'], host='compute1')
+        vol = self._disks_pool().storageVolLookupByName(
+            pool_specs.volume_name(server['id'], 'disk'))
+        before = base.qemu_img_info(vol.path())
+        driver = self.computes['compute1'].manager.driver
+        inst = objects.Instance.get_by_uuid(
+            self.ctxt, server['id'], expected_attrs=['system_metadata'])
+        found = driver._way_back.review(inst, stopped=False, apply=True)
+        self.assertEqual('at hard reboot', found.outcome)
+        # Marked only: a soft reboot changes nothing.
+        self._reboot_server(server)
+        self.assertEqual(['%s_disk' % server['id']],
+                         self._instance_volumes(server))
+
+        self._reboot_server(server, hard=True)
+        disk = self.instance_path(server, 'disk')
+        self.assertEqual([], self._instance_volumes(server))
+        after = base.qemu_img_info(disk)
+        # The same overlay on the same template, now stock's file.
+        for key in ('format', 'virtual-size', 'full-backing-filename'):
+            self.assertEqual(before[key], after[key], key)
+        self.assertEqual(base.IMAGE_MARKER, self.guest_head(disk))
+        self.assertEqual('legacy', self._storage(server))
+        self.assertEqual('file', self._domain_disk(server).get('type'))
+        with open(self.instance_path(server, 'disk.info')) as f:
+            self.assertIn('"%s": "qcow2"' % disk, f.read())
+        # Never adopted into the pool again.
+        self._reboot_server(server, hard=True)
+        self.assertTrue(os.path.exists(disk))
+        self.assertEqual([], self._instance_volumes(server))
+        self._delete_server(server)
+        self.assertFalse(os.path.exists(self.instance_path(server)))
+
     # -- resize, cold migration, unshelve ------------------------------------
 
     def _volume_info(self, server: dict[str, Any],

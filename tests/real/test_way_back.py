@@ -202,16 +202,20 @@ def test_on_a_qcow2_host_raw_disks_become_qcow2(
     back.remove_pools()
 
 
-def test_running_and_unservable_instances_are_left_untouched(
+def test_running_instances_are_marked_and_unservable_ones_left(
         pool_driver, conf, libvirt_conn):  # noqa: F811
     native, flat, _marks, _template = _host_with_instances(pool_driver)
     back = _take_back(pool_driver, libvirt_conn)
     disks = pool_driver._pools.get(pool_specs.DISKS_POOL)
     before = sorted(disks.listVolumes())
     with mock.patch.object(objects.Instance, 'save') as save:
+        # Running: marked to move at its next hard reboot, nothing moved.
         running = back.review(native, stopped=False, apply=True)
-        assert running.outcome == way_back_mod.LEFT
-        assert 'stop it' in running.detail
+        assert running.outcome == way_back_mod.AT_REBOOT
+        assert 'reboot --hard' in running.detail
+        assert native.system_metadata['imgtype_way_back'] == 'real1'
+        assert save.call_count == 1
+        assert back.due(native)
         # Stock on lvm would look for a file instance's disks in its
         # volume group: no layout of stock's serves it here.
         conf.config(images_type='lvm', images_volume_group='vg0',
@@ -219,7 +223,8 @@ def test_running_and_unservable_instances_are_left_untouched(
         left = back.review(flat, stopped=True, apply=True)
         assert left.outcome == way_back_mod.LEFT
         assert 'lvm' in left.detail and 'migrate' in left.detail
-        assert not save.called
+        assert save.call_count == 1
+        assert 'imgtype_way_back' not in flat.system_metadata
     assert sorted(disks.listVolumes()) == before
     # Pools that still hold volumes are kept.
     kept = dict(back.remove_pools())

@@ -46,6 +46,7 @@ from nova_imgtype.virt.libvirt import pools as pools_mod
 from nova_imgtype.virt.libvirt import resolver as resolver_mod
 from nova_imgtype.virt.libvirt import template_cache
 from nova_imgtype.virt.libvirt import template_handlers
+from nova_imgtype.virt.libvirt import way_back
 
 LOG = logging.getLogger(__name__)
 
@@ -109,6 +110,7 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
         self._record = instance_record.InstanceRecord(
             self._resolver, self._disks, self._image_api, CONF)
         self._host_traits = host_traits.HostTraits(self._resolver, CONF)
+        self._way_back = way_back.WayBack(self._resolver, self._disks, CONF)
         self.capabilities.update(self._host_traits.image_type_capabilities())
         if mapping:
             LOG.info('Image backends per image format: %s; other formats '
@@ -492,8 +494,14 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
     def _hard_reboot(self, *args: Any, **kwargs: Any) -> Any:
         call = compat.driver('_hard_reboot', self, args, kwargs)
         instance: objects.Instance = call['instance']
-        if self._disks.can_move_to_pools(instance) and \
-                not self._is_booted_from_volume(call['block_device_info']):
+        if self._is_booted_from_volume(call['block_device_info']):
+            pass
+        elif self._way_back.due(instance):
+            # Marked by prepare-uninstall: back to stock's layout, the
+            # guest stopped first (stock's own destroy then finds it so).
+            self._destroy(instance)
+            self._way_back.take_back(instance)
+        elif self._disks.can_move_to_pools(instance):
             # Stop the guest before its files move; stock's own destroy
             # that follows finds it stopped.
             self._destroy(instance)

@@ -29,6 +29,7 @@ from oslo_log import log as logging
 from oslo_utils import excutils
 
 from nova_imgtype import exception
+from nova_imgtype import record as record_mod
 from nova_imgtype.virt.libvirt import pool_dir
 from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import pools as pools_mod
@@ -100,10 +101,13 @@ class InstanceDisks:
 
     def can_move_to_pools(self, instance: objects.Instance) -> bool:
         """Whether the instance's files belong in this host's pools: it is
-        legacy, and this host makes new disks of its backend in a pool
-        (:meth:`.Resolver.storage_for`, the one rule)."""
+        legacy, not on its way back to stock's driver, and this host makes
+        new disks of its backend in a pool (:meth:`.Resolver.storage_for`,
+        the one rule)."""
         decision = self._resolver.decision_for(instance)
         return (decision.storage == resolver_mod.LEGACY and
+                not record_mod.going_back(instance.system_metadata,
+                                         self._conf.host) and
                 self._resolver.storage_for(decision.backend) ==
                 resolver_mod.POOLS)
 

@@ -18,12 +18,16 @@ back to stock's layout (``nova-imgtype prepare-uninstall``):
 
 Every format comes from the instance's record (or stock's ``disk.info``),
 never from the bytes of a disk. The record says the new layout before any
-file moves, and is put back when a move fails. Only a stopped instance is
-moved, and only while nova-compute is down (the CLI checks): a running one
-is left, with what to do, as is one whose disks stock's backend here can't
-serve in any layout (files on an lvm or rbd host, volumes of a Ceph pool
-that is not ``images_rbd_pool``): it must move to a host that keeps
-nova-imgtype.
+file moves, and is put back when a move fails. The command moves a
+stopped instance at once, while nova-compute is down (it checks). A
+running one is marked (:data:`~nova_imgtype.record.WAY_BACK`, this host's
+name): nova-compute, still nova-imgtype's, moves it at its next hard
+reboot (:meth:`WayBack.take_back`), its guest stopped. A stopped one moved
+at once is marked the same way, so that this host never moves either into
+a pool again (its next start is a hard reboot). One whose disks stock's
+backend here can't serve in any layout (files on an lvm or rbd host,
+volumes of a Ceph pool that is not ``images_rbd_pool``) is left: it must
+move to a host that keeps nova-imgtype.
 """
 
 from __future__ import annotations
@@ -52,6 +56,8 @@ READY = 'ready'
 TO_MOVE = 'to move'
 #: Moved back now.
 MOVED = 'moved'
+#: Running: marked to move back at its next hard reboot.
+AT_REBOOT = 'at hard reboot'
 #: Something keeps it on nova-imgtype: the reason says what to do.
 LEFT = 'left'
 
@@ -125,10 +131,32 @@ class WayBack:
         if not apply:
             return finding(TO_MOVE, what)
         if not stopped:
-            return finding(LEFT, '%s when stopped: stop it (openstack server '
-                           'stop) and run again, or %s' % (what, _MOVE_AWAY))
+            if record_mod.set_value(instance, record_mod.WAY_BACK,
+                                    self._conf.host):
+                instance.save()
+            return finding(AT_REBOOT, '%s at its next hard reboot (openstack '
+                           'server reboot --hard), or stop it and run again, '
+                           'or %s' % (what, _MOVE_AWAY))
         self._move(instance, decision)
         return finding(MOVED, what)
+
+    def due(self, instance: objects.Instance) -> bool:
+        """Whether the instance was marked on this host to move back to
+        stock's layout at its next hard reboot, and has not yet."""
+        decision = self._resolver.recorded(instance)
+        if decision is None or not record_mod.going_back(
+                instance.system_metadata, self._conf.host):
+            return False
+        try:
+            return bool(self._steps(instance, decision))
+        except _Left:
+            return False
+
+    def take_back(self, instance: objects.Instance) -> None:
+        """Move the instance, its guest stopped, back to stock's layout
+        (at the hard reboot of an instance marked by :meth:`review`)."""
+        decision = self._resolver.decision_for(instance)
+        self._move(instance, decision)
 
     def _steps(self, instance: objects.Instance,
                decision: record_mod.BackendDecision) -> list[str]:
@@ -242,6 +270,8 @@ class WayBack:
         instance_dir = libvirt_utils.get_instance_path(instance)
         back = self._resolver.with_storage(decision, resolver_mod.LEGACY)
         self._resolver.record(instance, back)
+        # This host never moves it into a pool again.
+        record_mod.set_value(instance, record_mod.WAY_BACK, self._conf.host)
         instance.save()
         released: list[str] = []
         try:
@@ -254,6 +284,7 @@ class WayBack:
                 if released:
                     pool_dir.adopt(pool, instance, instance_dir, released)
                 self._resolver.record(instance, decision)
+                record_mod.set_value(instance, record_mod.WAY_BACK, None)
                 instance.save()
         for name, fmt in convert:
             self._to_qcow2(os.path.join(instance_dir, name), fmt)
