@@ -93,6 +93,12 @@ def guest_stopped(conn: Any, instance: Any) -> bool:
     return not dom.isActive()
 
 
+def guest_running(instance: Any) -> bool:
+    """Whether the instance is active with no task under way (its next
+    hard reboot can take it back)."""
+    return instance.vm_state == 'active' and not instance.task_state
+
+
 def own_traits(context: Any, host: str) -> dict[str, set[str]]:
     """nova-imgtype's traits on each resource provider of ``host``'s
     compute nodes."""
@@ -141,7 +147,8 @@ def prepare(conf: cfg.ConfigOpts, apply: bool, out_format: str,
     findings = []
     for inst in objects.InstanceList.get_by_host(
             context, host, expected_attrs=['system_metadata']):
-        findings.append(back.review(inst, guest_stopped(conn, inst), apply))
+        findings.append(back.review(inst, guest_stopped(conn, inst), apply,
+                                    running=guest_running(inst)))
     outcomes = {f.outcome for f in findings}
     clear = not outcomes & {way_back_mod.LEFT, way_back_mod.TO_MOVE,
                              way_back_mod.AT_REBOOT}

@@ -216,6 +216,12 @@ def test_running_instances_are_marked_and_unservable_ones_left(
         assert native.system_metadata['imgtype_way_back'] == 'real1'
         assert save.call_count == 1
         assert back.due(native)
+        # A guest neither stopped nor running idle (a resize to confirm)
+        # is neither moved nor marked.
+        busy = back.review(flat, stopped=False, apply=True, running=False)
+        assert busy.outcome == way_back_mod.LEFT
+        assert 'once it is stopped or running again' in busy.detail
+        assert 'imgtype_way_back' not in flat.system_metadata
         # Stock on lvm would look for a file instance's disks in its
         # volume group: no layout of stock's serves it here.
         conf.config(images_type='lvm', images_volume_group='vg0',

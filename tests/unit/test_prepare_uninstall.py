@@ -36,8 +36,8 @@ class FakeWayBack:
     def stock_backend(self):
         return 'flat'
 
-    def review(self, inst, stopped, apply):
-        self.reviewed.append((inst.uuid, stopped, apply))
+    def review(self, inst, stopped, apply, running=True):
+        self.reviewed.append((inst.uuid, stopped, apply, running))
         return way_back_mod.Finding(inst.uuid, 'vm', inst.vm_state,
                                     self.outcomes[inst.uuid], 'why')
 
@@ -104,8 +104,8 @@ def test_dry_run_lists_and_changes_nothing(host, capsys):
     assert UUID_A in out and 'to move' in out
     assert 'Storage pool nova-disks-pool: defined' in out
     assert 'CUSTOM_IMGTYPE_BACKEND_QCOW2' in out
-    assert host.back.reviewed == [(UUID_A, True, False),
-                                  (UUID_B, False, False)]
+    assert host.back.reviewed == [(UUID_A, True, False, False),
+                                  (UUID_B, False, False, True)]
     assert not host.back.removed and host.removed_traits == []
 
 
@@ -193,3 +193,18 @@ def test_only_a_stopped_guest_is_moved(vm_state, task_state, domain,
                             task_state=task_state)
     conn = FakeConn({UUID_A: domain} if domain else {})
     assert prepare.guest_stopped(conn, inst) is stopped
+
+
+@pytest.mark.parametrize('vm_state, task_state, running', [
+    ('active', None, True),
+    ('active', 'rebooting_hard', False),
+    ('resized', None, False),       # a resize to confirm or revert
+    ('rescued', None, False),
+    ('error', None, False),
+    ('stopped', None, False),
+])
+def test_only_an_active_idle_guest_is_marked_for_its_hard_reboot(
+        vm_state, task_state, running):
+    inst = objects.Instance(uuid=UUID_A, vm_state=vm_state,
+                            task_state=task_state)
+    assert prepare.guest_running(inst) is running

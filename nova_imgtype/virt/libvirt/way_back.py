@@ -107,11 +107,13 @@ class WayBack:
         return self._resolver.default_backend()
 
     def review(self, instance: objects.Instance, stopped: bool,
-               apply: bool) -> Finding:
+               apply: bool, running: bool = True) -> Finding:
         """What keeps the instance from stock's driver, and with ``apply``
-        (and ``stopped``: its guest not running, no task under way) the
-        moves that take it back. The caller saves nothing: an instance
-        moved is saved here, before and after its disks move.
+        the moves that take it back: at once when ``stopped`` (its guest
+        not running, no task under way), at its next hard reboot when
+        ``running`` (active, no task under way: it is marked); neither (a
+        resize to confirm, a rescue, a task under way, an error) is left.
+        An instance moved or marked is saved here, before its disks move.
         """
         def finding(outcome: str, detail: str) -> Finding:
             return Finding(instance.uuid, instance.display_name or '',
@@ -130,15 +132,21 @@ class WayBack:
         what = '; '.join(steps)
         if not apply:
             return finding(TO_MOVE, what)
-        if not stopped:
-            if record_mod.set_value(instance, record_mod.WAY_BACK,
-                                    self._conf.host):
-                instance.save()
-            return finding(AT_REBOOT, '%s at its next hard reboot (openstack '
-                           'server reboot --hard), or stop it and run again, '
-                           'or %s' % (what, _MOVE_AWAY))
-        self._move(instance, decision)
-        return finding(MOVED, what)
+        if stopped:
+            self._move(instance, decision)
+            return finding(MOVED, what)
+        if not running:
+            return finding(LEFT, '%s once it is stopped or running again '
+                           '(vm_state %s, task %s): finish what it is doing '
+                           'and run again, or %s' % (
+                               what, instance.vm_state,
+                               instance.task_state or 'none', _MOVE_AWAY))
+        if record_mod.set_value(instance, record_mod.WAY_BACK,
+                                self._conf.host):
+            instance.save()
+        return finding(AT_REBOOT, '%s at its next hard reboot (openstack '
+                       'server reboot --hard), or stop it and run again, '
+                       'or %s' % (what, _MOVE_AWAY))
 
     def due(self, instance: objects.Instance) -> bool:
         """Whether the instance was marked on this host to move back to
