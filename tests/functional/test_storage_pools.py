@@ -189,6 +189,11 @@ class StoragePoolsTest(base.ImgtypeServersTestBase):
             self.ctxt, server['id'], expected_attrs=['system_metadata'])
         found = driver._way_back.review(inst, stopped=False, apply=True)
         self.assertEqual('at hard reboot', found.outcome)
+        # nova-compute says so when it starts.
+        self.restart_compute_service('compute1')
+        self.assertIn('1 instance(s) on this host go back to stock\'s '
+                      'layout at their next hard reboot',
+                      self.stdlog.logger.output)
         # Marked only: a soft reboot changes nothing.
         self._reboot_server(server)
         self.assertEqual(['%s_disk' % server['id']],

@@ -193,6 +193,7 @@ def test_on_a_qcow2_host_raw_disks_become_qcow2(
             way_back_mod.MOVED)
     decision = pool_driver._resolver.recorded(flat)
     assert (decision.backend, decision.storage) == ('qcow2', 'legacy')
+    assert decision.native_formats == () and decision.disk_formats == ()
     assert _boots_and_reads_back(libvirt_conn, libvirt_daemon, flat, marks,
                                  kvm_available) == {
         'disk': 'qcow2', 'disk.local': 'qcow2'}

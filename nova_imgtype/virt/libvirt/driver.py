@@ -154,6 +154,13 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                         'unshelve: %s', len(legacy), ', '.join(legacy))
         else:
             LOG.info('No instance on this host uses legacy image files')
+        going = [inst.uuid for inst in instances
+                 if self._way_back.due(inst)]
+        if going:
+            LOG.warning('%d instance(s) on this host go back to stock\'s '
+                        'layout at their next hard reboot (nova-imgtype '
+                        'prepare-uninstall): %s', len(going),
+                        ', '.join(going))
 
     def served_backends(self) -> list[str]:
         """Every registered backend this host can serve."""

@@ -151,9 +151,11 @@ class WayBack:
     def due(self, instance: objects.Instance) -> bool:
         """Whether the instance was marked on this host to move back to
         stock's layout at its next hard reboot, and has not yet."""
+        if not record_mod.going_back(instance.system_metadata,
+                                     self._conf.host):
+            return False        # the usual case: nothing more is read
         decision = self._resolver.recorded(instance)
-        if decision is None or not record_mod.going_back(
-                instance.system_metadata, self._conf.host):
+        if decision is None:
             return False
         try:
             return bool(self._steps(instance, decision))
@@ -303,9 +305,10 @@ class WayBack:
             pool_dir.write_formats(instance_dir, {name: 'qcow2'})
         if convert:
             # Every disk is qcow2 now but those stock makes raw: the
-            # backend's formats, as stock's Qcow2 has them.
+            # backend's formats, as stock's Qcow2 has them; no image
+            # format is used unconverted any more.
             self._resolver.record(instance, dataclasses.replace(
-                back, backend='qcow2', disk_formats=()))
+                back, backend='qcow2', native_formats=(), disk_formats=()))
             instance.save()
         LOG.info('Back in stock\'s layout: %s', '; '.join(
             self._steps_done(decision, convert)), instance=instance)
