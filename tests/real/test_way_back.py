@@ -23,10 +23,12 @@ from unittest import mock
 
 import libvirt
 import nova.conf
+import pytest
 from lxml import etree
 from nova import objects
 from nova.virt.libvirt import imagebackend as stock_imagebackend
 
+from nova_imgtype import exception
 from nova_imgtype.cmd import prepare_uninstall
 from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import way_back as way_back_mod
@@ -237,4 +239,38 @@ def test_running_instances_are_marked_and_unservable_ones_left(
     kept = dict(back.remove_pools())
     assert kept[pool_specs.DISKS_POOL].startswith('kept')
     pool_driver._disks.delete_pool_volumes(native)
+    pool_driver._disks.delete_pool_volumes(flat)
+
+
+def test_a_move_that_fails_puts_back_the_volumes_and_the_record(
+        pool_driver, conf, libvirt_conn):  # noqa: F811
+    """A file already where a volume would go (left by hand, say): the
+    move refuses with a message naming both, moves nothing, and the record
+    still says the pool."""
+    _native, flat, marks, _template = _host_with_instances(pool_driver)
+    back = _take_back(pool_driver, libvirt_conn)
+    disks = pool_driver._pools.get(pool_specs.DISKS_POOL)
+    before = sorted(disks.listVolumes())
+    inst_dir = os.path.join(nova.conf.CONF.instances_path, flat.uuid)
+    os.makedirs(inst_dir)
+    with open(os.path.join(inst_dir, 'disk.local'), 'wb') as f:
+        f.write(b'not to be overwritten')
+    with mock.patch.object(objects.Instance, 'save') as save:
+        with pytest.raises(exception.DiskFileExists,
+                           match='disk.local.*%s_disk.local' % flat.uuid):
+            back.review(flat, stopped=True, apply=True)
+    # Recorded first, then put back: saved twice.
+    assert save.call_count == 2
+    decision = pool_driver._resolver.recorded(flat)
+    assert decision.storage == 'pools'
+    assert 'imgtype_way_back' not in flat.system_metadata
+    assert sorted(disks.listVolumes()) == before
+    assert os.listdir(inst_dir) == ['disk.local']
+    with open(os.path.join(inst_dir, 'disk.local'), 'rb') as f:
+        assert f.read() == b'not to be overwritten'
+    for name in ('disk', 'disk.local'):
+        vol = disks.storageVolLookupByName(
+            pool_specs.volume_name(flat.uuid, name))
+        assert _reads(vol.path(), 'raw', marks[(flat.uuid, name)])
+    pool_driver._disks.delete_pool_volumes(_native)
     pool_driver._disks.delete_pool_volumes(flat)
