@@ -117,13 +117,33 @@ def own_traits(context: Any, host: str) -> dict[str, set[str]]:
 
 
 def remove_traits(context: Any, provider: str, remove: set[str]) -> None:
-    """Remove ``remove`` from the provider's traits, keeping the others."""
+    """Remove ``remove`` from the provider's traits, keeping the others.
+
+    Placement's own call (``PUT /resource_providers/{uuid}/traits`` with
+    the generation just read): the report client's
+    ``set_traits_for_provider`` works on nova-compute's cache of the
+    provider tree, which this command does not have. A generation that
+    changed meanwhile (nova-compute updating the provider) is read again,
+    a few times.
+
+    :raises ResourceProviderUpdateFailed: placement refused.
+    """
+    from nova import exception as nova_exception
     from nova.scheduler.client import report
 
     client = report.report_client_singleton()
-    info = client.get_provider_traits(context, provider)
-    client.set_traits_for_provider(context, provider, info.traits - remove,
-                                   generation=info.generation)
+    url = '/resource_providers/%s/traits' % provider
+    for _attempt in range(3):
+        info = client.get_provider_traits(context, provider)
+        resp = client.put(url, {
+            'traits': sorted(info.traits - remove),
+            'resource_provider_generation': info.generation},
+            version='1.6', global_request_id=context.global_id)
+        if resp.status_code != 409:
+            break
+    if resp.status_code != 200:
+        raise nova_exception.ResourceProviderUpdateFailed(
+            url=url, error=resp.text)
 
 
 def prepare(conf: cfg.ConfigOpts, apply: bool, out_format: str,

@@ -10,7 +10,11 @@ real image bytes).
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import os
+import subprocess
 from typing import Any
 
 import fixtures
@@ -20,6 +24,7 @@ from nova import context as nova_context
 from nova import objects
 from nova.virt.libvirt import driver as stock_driver
 
+from nova_imgtype.cmd import prepare_uninstall
 from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype_testing import functional as base
 from nova_imgtype_testing import libvirtd as real_fixtures
@@ -206,15 +211,91 @@ class StoragePoolsTest(base.ImgtypeServersTestBase):
         # The same overlay on the same template, now stock's file.
         for key in ('format', 'virtual-size', 'full-backing-filename'):
             self.assertEqual(before[key], after[key], key)
-        self.assertEqual(base.IMAGE_MARKER, self.guest_head(disk))
         self.assertEqual('legacy', self._storage(server))
-        self.assertEqual('file', self._domain_disk(server).get('type'))
+        self.assertEqual((disk, 'qcow2'), self._domain_source(server))
+        self.assertEqual(base.IMAGE_MARKER, self._head(disk, 'qcow2'))
         with open(self.instance_path(server, 'disk.info')) as f:
             self.assertIn('"%s": "qcow2"' % disk, f.read())
         # Never adopted into the pool again.
         self._reboot_server(server, hard=True)
         self.assertTrue(os.path.exists(disk))
         self.assertEqual([], self._instance_volumes(server))
+        self._delete_server(server)
+        self.assertFalse(os.path.exists(self.instance_path(server)))
+
+    def _head(self, path: str, fmt: str) -> bytes:
+        """The first guest bytes of a disk, read in ``fmt`` (the format the
+        domain gives QEMU), never a probed one."""
+        raw = path + '.head.raw'
+        subprocess.run(['qemu-img', 'convert', '-f', fmt, '-O', 'raw', path,
+                        raw], check=True)
+        try:
+            with open(raw, 'rb') as f:
+                return f.read(len(base.IMAGE_MARKER))
+        finally:
+            os.unlink(raw)
+
+    def _domain_source(self, server: dict[str, Any]) -> tuple[str, str]:
+        """(file, format) of the guest's root disk, as the XML says."""
+        disk = self._domain_disk(server)
+        return (disk.find('source').get('file'),
+                disk.find('driver').get('type'))
+
+    def test_prepare_uninstall_then_stock_driver_starts_it(self) -> None:
+        """Issue 31, the way back end to end: ``nova-imgtype
+        prepare-uninstall --apply`` on a compute whose nova-compute is down
+        takes its stopped pool instance to stock's files, undefines the
+        pools and removes the plugin's traits from placement; then the
+        compute runs stock's ``libvirt.LibvirtDriver``, which starts the
+        instance on those files (stock's compute manager and driver) with
+        the guest's data as they were."""
+        self.start_compute('compute1', images_type='qcow2',
+                           flags={'libvirt': {'use_storage_pools': True}})
+        image = self.create_image('qcow2', size_mb=4)
+        server = self.boot_server(image['id'], host='compute1')
+        node = objects.ComputeNode.get_by_nodename(self.ctxt, 'compute1')
+        self.assertTrue([t for t in self._get_provider_traits(node.uuid)
+                         if t.startswith('CUSTOM_IMGTYPE_')])
+        server = self._stop_server(server)
+        service = objects.Service.get_by_compute_host(self.ctxt, 'compute1')
+        self.computes['compute1'].stop()
+        service.forced_down = True
+        service.save()
+
+        out = io.StringIO()
+        with self.on_compute('compute1'), contextlib.redirect_stdout(out):
+            code = prepare_uninstall.prepare(base.CONF, True, 'json',
+                                             conn=self.conn)
+        report = json.loads(out.getvalue())
+        self.assertEqual(0, code, report)
+        self.assertEqual(['moved'],
+                         [i['outcome'] for i in report['instances']])
+        # Out of the pool's directory (the pool itself is undefined).
+        self.assertEqual([], [n for n in os.listdir(os.path.join(
+            self.instances_path, 'disks')) if n.startswith(server['id'])])
+        disk = self.instance_path(server, 'disk')
+        self.assertTrue(os.path.exists(disk))
+        self.assertEqual([], [p.name() for p in
+                              self.conn.listAllStoragePools(0)
+                              if p.name().startswith('nova-')])
+        self.assertEqual([], [t for t in self._get_provider_traits(node.uuid)
+                              if t.startswith('CUSTOM_IMGTYPE_')])
+
+        # The compute back on stock's driver, which starts the instance.
+        self.flags(compute_driver='libvirt.LibvirtDriver')
+        self.driver_class = stock_driver.LibvirtDriver
+        service.forced_down = False
+        service.save()
+        self.restart_compute_service('compute1')
+        self.assertIs(stock_driver.LibvirtDriver,
+                      type(self.computes['compute1'].manager.driver))
+        server = self._start_server(server)
+        path, fmt = self._domain_source(server)
+        self.assertEqual((disk, 'qcow2'), (path, fmt))
+        self.assertEqual(base.IMAGE_MARKER, self._head(path, fmt))
+        # Stock sets no trait of nova-imgtype's again.
+        self.assertEqual([], [t for t in self._get_provider_traits(node.uuid)
+                              if t.startswith('CUSTOM_IMGTYPE_')])
         self._delete_server(server)
         self.assertFalse(os.path.exists(self.instance_path(server)))
 

@@ -12,6 +12,7 @@ from unittest import mock
 
 import libvirt
 import pytest
+from nova import exception as nova_exception
 from nova import objects
 from nova.scheduler.client import report
 
@@ -61,7 +62,7 @@ def host(monkeypatch):
 
     state = mock.Mock(up=False, traits={RP: set(OWN)},
                       instances=[_inst(UUID_A), _inst(UUID_B, 'active')],
-                      back=None, removed_traits=[])
+                      back=None, removed_traits=[], conflicts=0)
     monkeypatch.setattr(prepare, 'compute_is_up',
                         lambda ctx, h: state.up)
     monkeypatch.setattr(prepare, 'way_back', lambda conf, get: state.back)
@@ -71,10 +72,19 @@ def host(monkeypatch):
             return report.TraitInfo(traits=set(state.traits[rp]),
                                     generation=7)
 
-        def set_traits_for_provider(self, ctx, rp, traits, generation):
-            assert generation == 7
+        def put(self, url, data, version=None, global_request_id=None):
+            # What placement checks: the microversion, the generation.
+            rp = url.split('/')[2]
+            assert (url, version) == ('/resource_providers/%s/traits' % rp,
+                                      '1.6')
+            if state.conflicts:
+                state.conflicts -= 1
+                return mock.Mock(status_code=409, text='generation')
+            assert data['resource_provider_generation'] == 7
+            traits = set(data['traits'])
             state.removed_traits.append((rp, state.traits[rp] - traits))
-            state.traits[rp] = set(traits)
+            state.traits[rp] = traits
+            return mock.Mock(status_code=200, text='')
     monkeypatch.setattr(report, 'report_client_singleton', Placement)
     monkeypatch.setattr(
         objects.ComputeNodeList, 'get_all_by_host',
@@ -208,3 +218,22 @@ def test_only_an_active_idle_guest_is_marked_for_its_hard_reboot(
     inst = objects.Instance(uuid=UUID_A, vm_state=vm_state,
                             task_state=task_state)
     assert prepare.guest_running(inst) is running
+
+
+def test_a_trait_update_that_races_nova_compute_is_read_again(host, capsys):
+    """Placement answers 409 when the provider's generation changed since
+    it was read: the traits are read again and set."""
+    host.conflicts = 2
+    host.back = FakeWayBack({UUID_A: way_back_mod.MOVED,
+                             UUID_B: way_back_mod.READY})
+    assert prepare.prepare(host.conf, True, 'table', conn=object()) == 0
+    assert host.removed_traits == [(RP, OWN)]
+
+
+def test_a_refused_trait_update_is_an_error(host, capsys, monkeypatch):
+    host.conflicts = 5
+    host.back = FakeWayBack({UUID_A: way_back_mod.MOVED,
+                             UUID_B: way_back_mod.READY})
+    with pytest.raises(nova_exception.ResourceProviderUpdateFailed,
+                       match='generation'):
+        prepare.prepare(host.conf, True, 'table', conn=object())
