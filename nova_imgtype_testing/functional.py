@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from collections.abc import Mapping
 from typing import Any
 from unittest import mock
+from xml.etree import ElementTree
 
 import fixtures
 import libvirt
@@ -378,6 +379,24 @@ class ImgtypeServersTestBase(ImagesMixin, libvirt_base.ServersTestBase):
         return server
 
     # -- files --------------------------------------------------------------
+
+    def domain_format(self, host: str, server: Mapping[str, Any] | str,
+                      device: str = 'disk') -> str:
+        """The format the instance's domain on ``host`` gives QEMU for its
+        first disk of ``device`` (``<driver type>``): a guest's data are
+        read and written in it, never in a format probed from the disk's
+        bytes (a raw disk holding a qcow2 header is raw to its guest)."""
+        uuid = server if isinstance(server, str) else server['id']
+        conn = self.computes[host].driver._host.get_connection()
+        xml = ElementTree.fromstring(
+            conn.lookupByUUIDString(uuid).XMLDesc(0))
+        disk = xml.find("./devices/disk[@device='%s']" % device)
+        driver = disk.find('driver') if disk is not None else None
+        fmt = driver.get('type') if driver is not None else None
+        if not fmt:
+            raise AssertionError('no format for the %s of %s on %s: %s' % (
+                device, uuid, host, ElementTree.tostring(xml).decode()))
+        return fmt
 
     def instance_path(self, server: Mapping[str, Any] | str,
                       *parts: str) -> str:

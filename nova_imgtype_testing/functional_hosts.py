@@ -145,23 +145,6 @@ class SeparateStorageTestBase(functional.ImgtypeServersTestBase):
             disks[name] = driver.get('type', '')
         return disks
 
-    def domain_format(self, host: str, server: Mapping[str, Any] | str,
-                      device: str = 'disk') -> str:
-        """The format the instance's domain on ``host`` gives QEMU for its
-        first disk of ``device`` (``<driver type>``): a guest's data are
-        read and written in it, never in a format probed from the disk's
-        bytes (a raw disk holding a qcow2 header is raw to its guest)."""
-        uuid = server if isinstance(server, str) else server['id']
-        conn = self.computes[host].driver._host.get_connection()
-        xml = ElementTree.fromstring(
-            conn.lookupByUUIDString(uuid).XMLDesc(0))
-        disk = xml.find("./devices/disk[@device='%s']" % device)
-        driver = disk.find('driver') if disk is not None else None
-        fmt = driver.get('type') if driver is not None else None
-        if not fmt:
-            raise AssertionError('no format for the %s of %s on %s: %s' % (
-                device, uuid, host, ElementTree.tostring(xml).decode()))
-        return fmt
 
     def qemu_io(self, host: str, path: str, fmt: str, command: str) -> str:
         """Run ``qemu-io -f fmt -c command path`` as ``host`` (so that

@@ -153,11 +153,14 @@ class ImagesMixin:
         self.mock_file_open.side_effect = open
         return uploads
 
-    def guest_head(self, path: str) -> bytes:
-        """The first guest bytes of an image, whatever its format."""
+    def guest_head(self, path: str, fmt: str) -> bytes:
+        """The first guest bytes of a disk or image read in ``fmt``: the
+        format the domain gives QEMU (an instance disk), the one Nova
+        declared (an upload) or the one the host recorded (a template);
+        never one probed from bytes a guest or a tenant wrote."""
         raw = path + '.head.raw'
-        subprocess.run(['qemu-img', 'convert', '-O', 'raw', path, raw],
-                       check=True)
+        subprocess.run(['qemu-img', 'convert', '-f', fmt, '-O', 'raw', path,
+                        raw], check=True)
         try:
             with open(raw, 'rb') as f:
                 return f.read(len(IMAGE_MARKER))

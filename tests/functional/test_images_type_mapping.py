@@ -131,8 +131,9 @@ class ImagesTypeMappingTest(base.ImgtypeServersTestBase):
         meta, path = uploads[0]
         self.assertEqual('qcow2', meta['disk_format'])
         self.assertEqual('qcow2', base.qemu_img_info(path)['format'])
-        self.assertEqual(self.guest_head(self.image_files[qcow2['id']]),
-                         self.guest_head(path))
+        self.assertEqual(
+            self.guest_head(self.image_files[qcow2['id']], 'qcow2'),
+            self.guest_head(path, meta['disk_format']))
 
         # Resize (same host): the disk grows, the backend stays.
         native = self._resize_server(native, '2')
@@ -149,8 +150,9 @@ class ImagesTypeMappingTest(base.ImgtypeServersTestBase):
         info = self.disk_info(flat)
         self.assertNotIn('backing-filename', info)
         self.assertEqual(20 * 1024 ** 3, info['virtual-size'])
-        self.assertEqual(base.IMAGE_MARKER,
-                         self.guest_head(self.instance_path(flat, 'disk')))
+        self.assertEqual(base.IMAGE_MARKER, self.guest_head(
+            self.instance_path(flat, 'disk'),
+            self.domain_format('compute1', flat)))
 
         # A new instance of the same qcow2 image follows the new config.
         new = self.boot_server(qcow2['id'], host='compute1')

@@ -14,7 +14,6 @@ import contextlib
 import io
 import json
 import os
-import subprocess
 from typing import Any
 
 import fixtures
@@ -120,7 +119,8 @@ class StoragePoolsTest(base.ImgtypeServersTestBase):
         meta, path = uploads[0]
         self.assertEqual('qcow2', meta['disk_format'])
         self.assertEqual('qcow2', base.qemu_img_info(path)['format'])
-        self.assertEqual(base.IMAGE_MARKER, self.guest_head(path))
+        self.assertEqual(base.IMAGE_MARKER,
+                         self.guest_head(path, meta['disk_format']))
         self.assertEqual([], [p.name() for p in
                               self.conn.listAllStoragePools(0)
                               if p.name().startswith('nova-snapshot-')])
@@ -166,7 +166,8 @@ class StoragePoolsTest(base.ImgtypeServersTestBase):
         for key in ('format', 'virtual-size', 'full-backing-filename',
                     'actual-size'):
             self.assertEqual(before[key], after[key], key)
-        self.assertEqual(base.IMAGE_MARKER, self.guest_head(vol.path()))
+        self.assertEqual(base.IMAGE_MARKER, self.guest_head(
+            vol.path(), self._domain_format(server)))
         inst = objects.Instance.get_by_uuid(
             self.ctxt, server['id'], expected_attrs=['system_metadata'])
         self.assertEqual('pools', inst.system_metadata['imgtype_storage'])
@@ -213,7 +214,7 @@ class StoragePoolsTest(base.ImgtypeServersTestBase):
             self.assertEqual(before[key], after[key], key)
         self.assertEqual('legacy', self._storage(server))
         self.assertEqual((disk, 'qcow2'), self._domain_source(server))
-        self.assertEqual(base.IMAGE_MARKER, self._head(disk, 'qcow2'))
+        self.assertEqual(base.IMAGE_MARKER, self.guest_head(disk, 'qcow2'))
         with open(self.instance_path(server, 'disk.info')) as f:
             self.assertIn('"%s": "qcow2"' % disk, f.read())
         # Never adopted into the pool again.
@@ -223,17 +224,10 @@ class StoragePoolsTest(base.ImgtypeServersTestBase):
         self._delete_server(server)
         self.assertFalse(os.path.exists(self.instance_path(server)))
 
-    def _head(self, path: str, fmt: str) -> bytes:
-        """The first guest bytes of a disk, read in ``fmt`` (the format the
-        domain gives QEMU), never a probed one."""
-        raw = path + '.head.raw'
-        subprocess.run(['qemu-img', 'convert', '-f', fmt, '-O', 'raw', path,
-                        raw], check=True)
-        try:
-            with open(raw, 'rb') as f:
-                return f.read(len(base.IMAGE_MARKER))
-        finally:
-            os.unlink(raw)
+    def _domain_format(self, server: dict[str, Any]) -> str:
+        """The format the guest XML gives QEMU for the root disk."""
+        fmt: str = self._domain_disk(server).find('driver').get('type')
+        return fmt
 
     def _domain_source(self, server: dict[str, Any]) -> tuple[str, str]:
         """(file, format) of the guest's root disk, as the XML says."""
@@ -292,7 +286,7 @@ class StoragePoolsTest(base.ImgtypeServersTestBase):
         server = self._start_server(server)
         path, fmt = self._domain_source(server)
         self.assertEqual((disk, 'qcow2'), (path, fmt))
-        self.assertEqual(base.IMAGE_MARKER, self._head(path, fmt))
+        self.assertEqual(base.IMAGE_MARKER, self.guest_head(path, fmt))
         # Stock sets no trait of nova-imgtype's again.
         self.assertEqual([], [t for t in self._get_provider_traits(node.uuid)
                               if t.startswith('CUSTOM_IMGTYPE_')])
@@ -338,7 +332,8 @@ class StoragePoolsTest(base.ImgtypeServersTestBase):
         self.assertEqual(before['full-backing-filename'],
                          grown['full-backing-filename'])
         self.assertEqual(base.IMAGE_MARKER, self.guest_head(
-            self._disks_pool().storageVolLookupByName(disk).path()))
+            self._disks_pool().storageVolLookupByName(disk).path(),
+            self._domain_format(server)))
         backup = os.path.join(self.instance_path(server) + '_resize', disk)
         self.assertEqual(1024 ** 3,
                          base.qemu_img_info(backup)['virtual-size'])
@@ -410,7 +405,7 @@ class StoragePoolsTest(base.ImgtypeServersTestBase):
         self.assertEqual(before['full-backing-filename'],
                          info['full-backing-filename'])
         self.assertEqual(base.IMAGE_MARKER, self.guest_head(
-            self.instance_path(server, 'disk')))
+            self.instance_path(server, 'disk'), self._domain_format(server)))
         self.assertEqual('file', self._domain_disk(server).get('type'))
 
         # Revert: the pool volume is back on compute1, the record too.
@@ -432,7 +427,7 @@ class StoragePoolsTest(base.ImgtypeServersTestBase):
             self.ctxt, server['id'], expected_attrs=['system_metadata'])
         self.assertEqual('qcow2', inst.system_metadata['imgtype_backend'])
         self.assertEqual(base.IMAGE_MARKER, self.guest_head(
-            self.instance_path(server, 'disk')))
+            self.instance_path(server, 'disk'), self._domain_format(server)))
         with self.on_compute('compute2'):
             self._delete_server(server)
         self.assertFalse(os.path.exists(self.instance_path(server)))
@@ -480,7 +475,8 @@ class StoragePoolsTest(base.ImgtypeServersTestBase):
         self.assertFalse(os.path.exists(legacy_disk))
         self.assertEqual(base.IMAGE_MARKER, self.guest_head(
             self._disks_pool().storageVolLookupByName(
-                pool_specs.volume_name(resized['id'], 'disk')).path()))
+                pool_specs.volume_name(resized['id'], 'disk')).path(),
+            self._domain_format(resized)))
 
         # Unshelve makes the disk anew from the shelve snapshot: a volume.
         shelved = self._unshelve_server(shelved)
@@ -490,7 +486,8 @@ class StoragePoolsTest(base.ImgtypeServersTestBase):
         self.assertEqual('volume', self._domain_disk(shelved).get('type'))
         self.assertEqual(base.IMAGE_MARKER, self.guest_head(
             self._disks_pool().storageVolLookupByName(
-                pool_specs.volume_name(shelved['id'], 'disk')).path()))
+                pool_specs.volume_name(shelved['id'], 'disk')).path(),
+            self._domain_format(shelved)))
 
         for server in (resized, shelved):
             self._delete_server(server)
@@ -544,7 +541,8 @@ class StoragePoolsTest(base.ImgtypeServersTestBase):
         self.assertEqual(1024 ** 3, info['virtual-size'])
         vol = self._disks_pool().storageVolLookupByName(
             pool_specs.volume_name(server['id'], 'disk'))
-        self.assertEqual(base.IMAGE_MARKER, self.guest_head(vol.path()))
+        self.assertEqual(base.IMAGE_MARKER, self.guest_head(
+            vol.path(), self._domain_format(server)))
         self.assertEqual('raw', self._storage_backend(server))
         self._delete_server(server)
         self.assertEqual([], self._instance_volumes(server))

@@ -153,10 +153,13 @@ class TemplateHandlersTest(base.ImgtypeServersTestBase):
         template = self.cache_path(image_id)
         self.assertFalse(os.path.islink(template), template)
         self.assertTrue(os.path.isfile(template), template)
-        self.assertEqual(base.IMAGE_MARKER, self.guest_head(template))
         info = base.qemu_img_info(self.instance_path(server, 'disk'))
         self.assertEqual('qcow2', info['format'])
         self.assertEqual(template, info['full-backing-filename'])
+        # The template in the format the host wrote in the overlay's header
+        # when it made the disk (never probed from the image's bytes).
+        self.assertEqual(base.IMAGE_MARKER, self.guest_head(
+            template, info['backing-filename-format']))
         self.assertFalse(os.path.exists(os.path.join(
             self.base_dir, volume_linking.STATE_DIR,
             os.path.basename(template) + '.json')))
@@ -229,7 +232,8 @@ class TemplateHandlersTest(base.ImgtypeServersTestBase):
         self.assertEqual(2, len(chain))
         self.assertEqual('raw', chain[-1]['format'])
         self.assertEqual(device, os.path.realpath(chain[-1]['filename']))
-        self.assertEqual(base.IMAGE_MARKER, self.guest_head(disk))
+        self.assertEqual(base.IMAGE_MARKER, self.guest_head(
+            disk, self.domain_format('compute1', linked)))
         # One Cinder attachment for this host's templates, connected with
         # this host's os-brick connector, and recorded for init().
         attachments = self.attachments(volume_id)
@@ -270,7 +274,8 @@ class TemplateHandlersTest(base.ImgtypeServersTestBase):
         self.assertEqual([], self.attachments(volume_id))
         self.assertFalse(os.path.exists(self.cache_path(plain_image['id'])))
         self.assertTrue(os.path.isfile(device))
-        self.assertEqual(base.IMAGE_MARKER, self.guest_head(device))
+        # The image's volume, raw as the image was made.
+        self.assertEqual(base.IMAGE_MARKER, self.guest_head(device, 'raw'))
 
     def test_downloading_boots_both_images(self) -> None:
         """downloading: the cinder-backed image is downloaded like any
