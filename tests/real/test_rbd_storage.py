@@ -650,3 +650,39 @@ def test_a_resize_on_shared_ceph_keeps_the_cloned_disk(
     # The resize snapshot (the revert's) is the one taken before.
     assert [s['name'] for s in ceph_cluster.rbd_json('snap', 'ls', spec)
             ] == [RESIZE_SNAPSHOT]
+
+
+def test_an_unshelved_clone_is_flattened_as_stock_does(
+        rbd_driver, raw_image, ceph_cluster, glance,  # noqa: F811
+        glance_locations):
+    """Stock flattens a root disk cloned from the shelved instance's
+    snapshot when it unshelves (``_try_fetch_image_cache``, its Rbd's
+    ``flatten``): the snapshot image, which Nova deletes at the end of the
+    unshelve, must not have clones (Glance on RBD refuses to delete it).
+    An rbd pool volume is flattened the same way. Found by the gate's Ceph
+    profile: tempest's shelve/unshelve waited 300 s for the image to go
+    when the unshelve landed on the rbd pool host."""
+    image_id, digest = raw_image
+    urls, _downloaded = glance_locations
+    urls[image_id] = _glance_copy_in_ceph(ceph_cluster, image_id,
+                                          glance[image_id][0])
+    inst = objects.Instance(
+        uuid=str(uuid.uuid4()), image_ref=image_id, task_state='spawning',
+        vm_state='shelved_offloaded', trusted_certs=None,
+        migration_context=None, config_drive='',
+        system_metadata={'image_disk_format': 'raw'})
+    rbd_driver._resolver.record(inst, rbd_driver._resolver.decide('raw'))
+    inst, disk = _root_disk_as_stock_makes_it(rbd_driver, image_id,
+                                              inst=inst)
+
+    assert isinstance(disk, storage_rbd.RbdStorage)
+    vol = pool_specs.volume_name(inst.uuid, 'disk')
+    info = ceph_cluster.rbd_json('info', ceph_cluster.image_spec(vol))
+    assert 'parent' not in info                 # flattened
+    assert _rbd_head_sha256(ceph_cluster, vol, IMAGE_SIZE) == digest
+    # The snapshot image can go, as Glance removes it.
+    spec = ceph_cluster.image_spec(image_id)
+    ceph_cluster.rbd('snap', 'unprotect', spec + '@snap')
+    ceph_cluster.rbd('snap', 'rm', spec + '@snap')
+    ceph_cluster.rbd('rm', '--no-progress', spec)
+    assert image_id not in ceph_cluster.images()

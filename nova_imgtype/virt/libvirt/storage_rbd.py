@@ -129,6 +129,12 @@ class RbdStorage(storage.LibvirtStorage):
         raw, not in this cluster), for stock to download it instead."""
         return imagebackend.Rbd.clone(self, *args, **kwargs)
 
+    def flatten(self, *args: Any, **kwargs: Any) -> Any:
+        """Stock's ``Rbd.flatten``: a volume cloned from a shelved
+        instance's snapshot (stock's unshelve asks, and a cross-cell move)
+        stops depending on it, so that Nova can delete that image."""
+        return imagebackend.Rbd.flatten(self, *args, **kwargs)
+
     def copy_to_store(self, *args: Any, **kwargs: Any) -> Any:
         """Stock's ``Rbd.copy_to_store`` (Glance copies the image into
         ``images_rbd_glance_store_name`` for :meth:`clone` to clone)."""
