@@ -84,17 +84,26 @@ def adopt(pool: Any, instance: Any, instance_dir: str,
     :raises VolumeExists: a volume of that name is there, its file too.
     """
     target_dir = pool_specs.pool_target(pool)
+    pairs = [(os.path.join(instance_dir, name),
+              os.path.join(target_dir, pool_specs.volume_name(
+                  instance.uuid, name))) for name in names]
+    _rename_all(pool, [(src, dest) for src, dest in pairs
+                       if os.path.exists(src)],
+                lambda dest: exception.VolumeExists(
+                    pool=pool.name(), volume=os.path.basename(dest)))
+
+
+def _rename_all(pool: Any, pairs: Sequence[tuple[str, str]],
+                refusal: Any) -> list[tuple[str, str]]:
+    """Rename each ``src`` to ``dest`` (one filesystem: free whatever the
+    size), then refresh the pool; a ``dest`` already there raises
+    ``refusal(dest)``. A failure puts back what this call renamed. The
+    pairs renamed."""
     moved: list[tuple[str, str]] = []
     try:
-        for name in names:
-            src = os.path.join(instance_dir, name)
-            dest = os.path.join(target_dir, pool_specs.volume_name(
-                instance.uuid, name))
-            if not os.path.exists(src):
-                continue
+        for src, dest in pairs:
             if os.path.exists(dest):
-                raise exception.VolumeExists(
-                    pool=pool.name(), volume=os.path.basename(dest))
+                raise refusal(dest)
             os.rename(src, dest)
             moved.append((src, dest))
         pool_specs.refresh(pool)
@@ -102,6 +111,7 @@ def adopt(pool: Any, instance: Any, instance_dir: str,
         with excutils.save_and_reraise_exception():
             for src, dest in reversed(moved):
                 os.rename(dest, src)
+    return moved
 
 
 def stage_out(pool: Any, instance: Any, directory: str,
@@ -155,23 +165,14 @@ def release(pool: Any, instance: Any, instance_dir: str) -> list[str]:
     pool_dir = pool_specs.pool_target(pool)
     prefix = instance.uuid + '_'
     os.makedirs(instance_dir, exist_ok=True)
-    moved: list[tuple[str, str]] = []
-    try:
-        for volume in volume_files(pool_dir):
-            if not volume.startswith(prefix):
-                continue
-            src = os.path.join(pool_dir, volume)
-            dest = os.path.join(instance_dir, volume[len(prefix):])
-            if os.path.exists(dest):
-                raise exception.DiskFileExists(
-                    path=dest, volume=volume, pool=pool.name())
-            os.rename(src, dest)
-            moved.append((src, dest))
-        pool_specs.refresh(pool)
-    except Exception:
-        with excutils.save_and_reraise_exception():
-            for src, dest in reversed(moved):
-                os.rename(dest, src)
+    moved = _rename_all(
+        pool, [(os.path.join(pool_dir, volume),
+                os.path.join(instance_dir, volume[len(prefix):]))
+               for volume in volume_files(pool_dir)
+               if volume.startswith(prefix)],
+        lambda dest: exception.DiskFileExists(
+            path=dest, volume=prefix + os.path.basename(dest),
+            pool=pool.name()))
     return [os.path.basename(dest) for _src, dest in moved]
 
 
