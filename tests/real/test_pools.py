@@ -217,3 +217,48 @@ def test_a_copy_libvirt_would_read_otherwise_than_recorded_is_refused(
         sp.copy(sp.disks, name, src, 'raw', 'qcow2', 48 * MiB)
     sp.refresh(pool_specs.DISKS_POOL)
     assert sp.find_volume(sp.disks, name) is None
+
+
+def arriving_alive(pool):
+    try:
+        return pool.isActive()
+    except libvirt.libvirtError:
+        return False
+
+
+def test_a_pool_destroyed_while_this_host_lists_them_is_passed_over(
+        libvirt_uri, libvirt_tmp_path):
+    # A cold move into this host makes and destroys a transient pool over
+    # the instance directory (remote_storage) while this host's own code
+    # lists the pools to find one by its place: the vanished pool is not
+    # an error of the search.
+    conn = libvirt.open(libvirt_uri)
+    other = libvirt_tmp_path / 'arriving-instance'
+    other.mkdir()
+    wanted = libvirt_tmp_path / 'wanted'
+    wanted.mkdir()
+    arriving = conn.storagePoolCreateXML(
+        "<pool type='dir'><name>nova-imgtype-remote-arriving</name><target>"
+        "<path>%s</path></target></pool>" % other, 0)
+    found = conn.storagePoolCreateXML(
+        "<pool type='dir'><name>nova-test-wanted</name><target>"
+        "<path>%s</path></target></pool>" % wanted, 0)
+    listed = conn.listAllStoragePools
+
+    def list_then_the_move_ends(flags=0):
+        pools_ = listed(flags)
+        if arriving_alive(arriving):
+            arriving.destroy()
+        return pools_
+
+    conn.listAllStoragePools = list_then_the_move_ends
+    try:
+        storage = pools.StoragePools(lambda: conn)
+        # Every pool read (none is over this one), the vanished one too.
+        assert storage.dir_pool_at(str(libvirt_tmp_path / 'none')) is None
+        assert not arriving_alive(arriving)
+        pool = storage.dir_pool_at(str(wanted))
+        assert pool is not None and pool.name() == 'nova-test-wanted'
+    finally:
+        found.destroy()
+        conn.close()

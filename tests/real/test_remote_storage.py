@@ -8,11 +8,13 @@ to its URI); the files are real, made and read by this process.
 import os
 import signal
 import subprocess
+import threading
 
 import libvirt
 import pytest
 
 from nova_imgtype import exception
+from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import remote_storage
 from nova_imgtype_testing import libvirtd as real
 from tests.files import sparse_file
@@ -260,3 +262,95 @@ def test_the_destination_libvirtd_killed_mid_copy_then_a_retry(tmp_path,
     finally:
         for d in daemons:
             d.stop()
+
+
+def _other_request(libvirt_conn, tmp_path):
+    """Another request's transient pool, as :func:`remote_storage._pool_at`
+    makes them, over a directory of its own."""
+    other = tmp_path / 'other-instance'
+    other.mkdir()
+    return libvirt_conn.storagePoolCreateXML(
+        remote_storage._pool_xml(str(other)), 0)
+
+
+def test_another_copy_ending_while_the_pools_are_listed(
+        remote, libvirt_conn, tmp_path, monkeypatch):
+    # Two cold moves to one host at once, each into its own instance
+    # directory: the other one's transient pool, listed here, is destroyed
+    # by its maker before this copy reads its target. That pool is not this
+    # copy's business; the copy goes on.
+    other = _other_request(libvirt_conn, tmp_path)
+    real_open = libvirt.open
+
+    def open_(uri):
+        conn = real_open(uri)
+        listed = conn.listAllStoragePools
+
+        def list_then_the_other_ends(flags=0):
+            pools = listed(flags)
+            try:
+                other.destroy()
+            except libvirt.libvirtError:
+                pass  # destroyed at an earlier listing
+            return pools
+
+        conn.listAllStoragePools = list_then_the_other_ends
+        return conn
+
+    monkeypatch.setattr(remote_storage.libvirt, 'open', open_)
+    src = tmp_path / 'src'
+    sparse_file(src, MiB, [(0, b'data')])
+    dest = tmp_path / 'dest'
+    dest.mkdir()
+    remote.upload(str(src), 'dest', str(dest / 'disk.eph0'))
+    assert (dest / 'disk.eph0').read_bytes() == src.read_bytes()
+
+
+def test_two_copies_into_one_directory_at_once(remote, libvirt_conn,
+                                               tmp_path, monkeypatch):
+    # Two requests of this process into one directory: the first one's
+    # transient pool must not be destroyed under the second one.
+    dest = tmp_path / 'dest'
+    dest.mkdir()
+    first, second = tmp_path / 'first', tmp_path / 'second'
+    sparse_file(first, MiB, [(0, b'first')])
+    sparse_file(second, MiB, [(0, b'second')])
+    first_sending = threading.Event()
+    second_sending = threading.Event()
+    first_done = threading.Event()
+    real_send = remote_storage._send_sparse
+
+    def send(stream, f, size, what):
+        if f.name == str(first):
+            first_sending.set()
+            # The second one starts meanwhile (unless it must wait).
+            second_sending.wait(2)
+        else:
+            second_sending.set()
+            first_done.wait(10)
+        return real_send(stream, f, size, what)
+
+    monkeypatch.setattr(remote_storage, '_send_sparse', send)
+    errors = []
+
+    def copy(src, name, done=None):
+        try:
+            remote.upload(str(src), 'dest', str(dest / name))
+        except Exception as e:
+            errors.append(e)
+        finally:
+            if done is not None:
+                done.set()
+
+    one = threading.Thread(target=copy, args=(first, 'disk', first_done))
+    one.start()
+    assert first_sending.wait(10)
+    two = threading.Thread(target=copy, args=(second, 'disk.eph0'))
+    two.start()
+    one.join(30)
+    two.join(30)
+    assert errors == []
+    assert (dest / 'disk').read_bytes() == first.read_bytes()
+    assert (dest / 'disk.eph0').read_bytes() == second.read_bytes()
+    assert not [p for p in libvirt_conn.listAllStoragePools(0)
+                if pool_specs.pool_target(p) == str(dest)]

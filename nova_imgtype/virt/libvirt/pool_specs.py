@@ -180,6 +180,15 @@ def pool_target(pool: Pool) -> str:
         'target/path') or ''
 
 
+def vanished(e: libvirt.libvirtError) -> bool:
+    """Whether ``e`` says that a pool is gone: listed a moment ago, then
+    destroyed by the request that made it (a transient pool over an
+    instance directory, made by a cold move arriving from another host,
+    lives only for one of its copies). Whoever lists the pools of a host
+    passes over such a pool; it is not an error of theirs."""
+    return e.get_error_code() == libvirt.VIR_ERR_NO_STORAGE_POOL
+
+
 
 def location_key(spec: PoolSpec) -> str:
     """What identifies a pool's storage on every host, whatever the pool's

@@ -168,8 +168,13 @@ class StoragePools:
         :func:`location_key`), started or not, whatever its name; None when
         this host has none."""
         for pool in self._conn(key).listAllStoragePools(0):
-            if pool_specs.same_storage(location_key(self.definition(pool)),
-                                       key):
+            try:
+                spec = self.definition(pool)
+            except libvirt.libvirtError as e:
+                if pool_specs.vanished(e):
+                    continue
+                raise
+            if pool_specs.same_storage(location_key(spec), key):
                 return pool
         return None
 

@@ -13,6 +13,11 @@ already opens between compute nodes for live migration
   made for the call and destroyed after it;
 * a directory is made by building a transient dir pool on it, removed by
   deleting a pool defined on it for the call;
+* libvirt allows one pool per directory: the calls of this process that
+  use a pool over one directory of one host take turns (a lock per host
+  and directory), so that none destroys its transient pool under another;
+  pools of other requests that vanish while the host's pools are listed
+  (another cold move into that host ending) are passed over;
 * data go through a sparse libvirt stream (``virStorageVolUpload``): holes
   stay holes, a qcow2 overlay keeps its header and backing file name, and
   progress is logged at INFO.
@@ -34,6 +39,7 @@ from xml.etree import ElementTree
 
 import libvirt
 from nova.virt.libvirt import utils as libvirt_utils
+from oslo_concurrency import lockutils
 from oslo_log import log as logging
 from oslo_utils import fileutils
 
@@ -83,7 +89,7 @@ class LibvirtRemoteFilesystem:
     def create_dir(self, host: str, dst_path: str,
                    on_execute: Any = None, on_completion: Any = None) -> None:
         """The directory ``dst_path`` on ``host`` (``mkdir -p``)."""
-        with self._connection(host) as conn:
+        with self._connection(host) as conn, _turn(conn, dst_path):
             pool = conn.storagePoolCreateXML(
                 _pool_xml(dst_path),
                 libvirt.VIR_STORAGE_POOL_CREATE_WITH_BUILD)
@@ -94,7 +100,7 @@ class LibvirtRemoteFilesystem:
         """Delete the directory ``dst_path`` on ``host`` and the files in
         it (``rm -rf`` of an instance directory, which holds no
         subdirectory); nothing when it is not there."""
-        with self._connection(host) as conn:
+        with self._connection(host) as conn, _turn(conn, dst_path):
             pool = conn.storagePoolDefineXML(_pool_xml(dst_path), 0)
             try:
                 try:
@@ -211,28 +217,57 @@ def _pool_xml(path: str) -> str:
 
 
 @contextlib.contextmanager
+def _turn(conn: libvirt.virConnect, directory: str) -> Iterator[None]:
+    """This process's turn at the pools over ``directory`` on ``conn``'s
+    host: libvirt allows one pool per directory, and a transient one is
+    destroyed by the call that made it."""
+    with lockutils.lock('nova-imgtype-remote-%s-%s' % (
+            conn.getURI(), os.path.normpath(directory))):
+        yield
+
+
+def _active_pool_at(conn: libvirt.virConnect,
+                    directory: str) -> libvirt.virStoragePool | None:
+    """The active dir pool over ``directory`` on ``conn``, refreshed, or
+    None; a pool that vanishes meanwhile (another request's transient
+    one) is passed over."""
+    for pool in conn.listAllStoragePools(
+            libvirt.VIR_CONNECT_LIST_STORAGE_POOLS_ACTIVE |
+            libvirt.VIR_CONNECT_LIST_STORAGE_POOLS_DIR):
+        try:
+            if os.path.normpath(pool_specs.pool_target(pool)) != directory:
+                continue
+            pool_specs.refresh(pool)
+        except libvirt.libvirtError as e:
+            if pool_specs.vanished(e):
+                continue
+            raise
+        return pool
+    return None
+
+
+@contextlib.contextmanager
 def _pool_at(conn: libvirt.virConnect,
              directory: str) -> Iterator[libvirt.virStoragePool]:
     """The active dir pool of ``directory`` on ``conn``, refreshed: the
     one defined there, else a transient one destroyed afterwards (libvirt
-    refuses two pools of one directory).
+    refuses two pools of one directory), during this process's turn at
+    the directory (:func:`_turn`).
 
     :raises libvirtError: the directory does not exist.
     """
     directory = os.path.normpath(directory)
-    for pool in conn.listAllStoragePools(
-            libvirt.VIR_CONNECT_LIST_STORAGE_POOLS_ACTIVE |
-            libvirt.VIR_CONNECT_LIST_STORAGE_POOLS_DIR):
-        if os.path.normpath(pool_specs.pool_target(pool)) == directory:
-            pool_specs.refresh(pool)
+    with _turn(conn, directory):
+        pool = _active_pool_at(conn, directory)
+        if pool is not None:
             yield pool
             pool_specs.refresh(pool)
             return
-    pool = conn.storagePoolCreateXML(_pool_xml(directory), 0)
-    try:
-        yield pool
-    finally:
-        pool.destroy()
+        pool = conn.storagePoolCreateXML(_pool_xml(directory), 0)
+        try:
+            yield pool
+        finally:
+            pool.destroy()
 
 
 def _write(conn: libvirt.virConnect, vol: libvirt.virStorageVol, src: str,
