@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import configparser
+from importlib.metadata import entry_points
 
 import pytest
 
@@ -10,6 +11,7 @@ from gate.cloud import configs
 from gate.cloud import down
 from gate.cloud import layout as L
 from gate.cloud import proc as P
+from gate.cloud import services
 
 BASE = '/tmp/gate-abcdefgh'
 
@@ -235,3 +237,14 @@ def test_rbd_computes_remove_the_instance_directory_of_what_left():
     cp = parse(configs.nova_compute_conf(BASE, L.COMPUTES[0], L.STOCK_DRIVER,
                                          True))
     assert 'ensure_libvirt_rbd_instance_dir_cleanup' not in cp['workarounds']
+
+
+def test_keystone_caches_in_its_one_process():
+    # An in-process cache is only right in a single process: another
+    # process would keep what this one invalidated.
+    conf = parse(configs.keystone_conf(BASE))
+    assert conf.getboolean('cache', 'enabled')
+    backend = conf.get('cache', 'backend')
+    assert backend in {e.name for e in entry_points(group='dogpile.cache')}
+    common = list(services.UWSGI_COMMON)
+    assert common[common.index('--processes') + 1] == '1'
