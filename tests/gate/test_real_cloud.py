@@ -37,7 +37,7 @@ PROFILES = [p for p in os.environ.get(
 
 
 #: Seconds the whole gate may take, then the seconds its teardown may.
-GATE_TIMEOUT = 2400
+GATE_TIMEOUT = 3000
 TEARDOWN_TIMEOUT = 300
 
 
@@ -73,9 +73,10 @@ def run_stopping(argv: list[str], timeout: float,
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason='the gate cloud needs root')
-# The whole gate takes about 20 minutes on 2 cores: the project's 900 s
-# per-test limit would stop it. Past GATE_TIMEOUT the gate is stopped as
-# Ctrl-C stops it (its cloud taken down), within the test's own limit.
+# The whole gate takes 20 to 45 minutes on 2 cores (45 on the slower
+# machine of 2026-11-27, keystone cached): the project's 900 s per-test
+# limit would stop it. Past GATE_TIMEOUT the gate is stopped as Ctrl-C
+# stops it (its cloud taken down), within the test's own limit.
 @pytest.mark.timeout(GATE_TIMEOUT + TEARDOWN_TIMEOUT + 60)
 @pytest.mark.parametrize('profile', PROFILES)
 def test_real_cloud_passes_the_gate(profile):
