@@ -354,3 +354,48 @@ def test_two_copies_into_one_directory_at_once(remote, libvirt_conn,
     assert (dest / 'disk.eph0').read_bytes() == second.read_bytes()
     assert not [p for p in libvirt_conn.listAllStoragePools(0)
                 if pool_specs.pool_target(p) == str(dest)]
+
+
+def test_copies_into_a_defined_pool_run_at_once(remote, libvirt_conn,
+                                                tmp_path, monkeypatch):
+    # The destination's disks pool outlives every copy: two copies into it
+    # (two resizes of pool instances to one host) do not wait for each
+    # other, as copies through one transient pool must.
+    disks = tmp_path / 'disks'
+    disks.mkdir()
+    pool = libvirt_conn.storagePoolDefineXML(
+        "<pool type='dir'><name>nova-test-remote-defined</name><target>"
+        "<path>%s</path></target></pool>" % disks, 0)
+    pool.create(0)
+    first, second = tmp_path / 'first', tmp_path / 'second'
+    sparse_file(first, MiB, [(0, b'first')])
+    sparse_file(second, MiB, [(0, b'second')])
+    both_sending = threading.Barrier(2, timeout=10)
+    real_send = remote_storage._send_sparse
+
+    def send(stream, f, size, what):
+        both_sending.wait()
+        return real_send(stream, f, size, what)
+
+    monkeypatch.setattr(remote_storage, '_send_sparse', send)
+    errors = []
+
+    def copy(src, name):
+        try:
+            remote.upload(str(src), 'dest', str(disks / name))
+        except Exception as e:
+            errors.append(e)
+
+    try:
+        threads = [threading.Thread(target=copy, args=(src, name))
+                   for src, name in ((first, 'a_disk'), (second, 'b_disk'))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert errors == []
+        assert (disks / 'a_disk').read_bytes() == first.read_bytes()
+        assert (disks / 'b_disk').read_bytes() == second.read_bytes()
+    finally:
+        pool.destroy()
+        pool.undefine()

@@ -14,8 +14,9 @@ already opens between compute nodes for live migration
 * a directory is made by building a transient dir pool on it, removed by
   deleting a pool defined on it for the call;
 * libvirt allows one pool per directory: the calls of this process that
-  use a pool over one directory of one host take turns (a lock per host
-  and directory), so that none destroys its transient pool under another;
+  use a transient pool over one directory of one host take turns (a lock
+  per host and directory), so that none destroys its pool under another
+  (copies into a defined pool run at once);
   pools of other requests that vanish while the host's pools are listed
   (another cold move into that host ending) are passed over;
 * data go through a sparse libvirt stream (``virStorageVolUpload``): holes
@@ -252,13 +253,18 @@ def _pool_at(conn: libvirt.virConnect,
     """The active dir pool of ``directory`` on ``conn``, refreshed: the
     one defined there, else a transient one destroyed afterwards (libvirt
     refuses two pools of one directory), during this process's turn at
-    the directory (:func:`_turn`).
+    the directory (:func:`_turn`) unless the pool is a defined one.
 
     :raises libvirtError: the directory does not exist.
     """
     directory = os.path.normpath(directory)
-    with _turn(conn, directory):
+    with contextlib.ExitStack() as turn:
+        turn.enter_context(_turn(conn, directory))
         pool = _active_pool_at(conn, directory)
+        if pool is not None and pool.isPersistent():
+            # A defined pool (the destination's disks pool) outlives every
+            # call: the copies into it need no turn.
+            turn.close()
         if pool is not None:
             yield pool
             pool_specs.refresh(pool)
