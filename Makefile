@@ -32,10 +32,10 @@ PROFILE ?= default
 GATE_PROFILES ?= default
 export GATE_PROFILES
 TIERS := tests/unit tests/functional tests/real
-# The gate tier in a pytest process of its own: the functional tier's
-# in-process services leave idle futurist thread pools behind (about 60
-# threads by the gate tier, measured 2026-11-27), a third of a core that
-# the gate's cloud needs.
+# The gate tier in a pytest process of its own: nothing the other tiers
+# leave in their process (the functional tier's services left about 60
+# idle threads, a third of a core, before tests/functional/conftest.py
+# collected them) takes CPU from the gate's cloud.
 GATE_TIER := $(if $(filter $(DEFAULT_NOVA),$(NOVA)),tests/gate)
 
 ifeq ($(wildcard $(CONSTRAINTS)),)
