@@ -17,4 +17,3 @@ def test_a_failed_gates_logs_are_kept_next_to_its_cloud(tmp_path):
 def test_a_cloud_without_logs_keeps_nothing(tmp_path):
     assert gate_main.keep_logs(str(tmp_path / 'gate-none')) is None
     assert list(tmp_path.iterdir()) == []
-

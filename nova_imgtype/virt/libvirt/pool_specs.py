@@ -189,7 +189,6 @@ def vanished(e: libvirt.libvirtError) -> bool:
     return e.get_error_code() == libvirt.VIR_ERR_NO_STORAGE_POOL
 
 
-
 def location_key(spec: PoolSpec) -> str:
     """What identifies a pool's storage on every host, whatever the pool's
     name: ``dir:<directory>``, ``logical:<volume group>``, ``rbd:<Ceph

@@ -15,10 +15,10 @@ already opens between compute nodes for live migration
   deleting a pool defined on it for the call;
 * libvirt allows one pool per directory: the calls of this process that
   use a transient pool over one directory of one host take turns (a lock
-  per host and directory), so that none destroys its pool under another
-  (copies into a defined pool run at once);
-  pools of other requests that vanish while the host's pools are listed
-  (another cold move into that host ending) are passed over;
+  per host and directory), so that none destroys its pool under another;
+  copies into a defined pool run at once;
+* a pool of another request that vanishes while the host's pools are
+  listed (another cold move into that host ending) is passed over;
 * data go through a sparse libvirt stream (``virStorageVolUpload``): holes
   stay holes, a qcow2 overlay keeps its header and backing file name, and
   progress is logged at INFO.
