@@ -124,6 +124,8 @@ def judge(state: P.State, skip_tempest: bool = False,
     print('gate results: %s, %s' % (md_path, json_path))
     for problem in cmp['summary']['problems']:
         print('gate: %s' % problem, file=sys.stderr)
+    for failure in results.failures(cmp):
+        print('gate: why: %s' % failure, file=sys.stderr)
     return 0 if cmp['summary']['ok'] else 1
 
 

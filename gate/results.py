@@ -195,6 +195,25 @@ def _why(result: Mapping[str, Any]) -> str:
     return _md(reason)[:300]
 
 
+def failures(cmp: Mapping[str, Any]) -> list[str]:
+    """One line per test the gate fails on: its id, the run and the end
+    of its reason, its last three lines (what CI shows of a red gate is
+    the end of its output; an assertion's message may span lines)."""
+    by_id = {r['id']: r for r in cmp['tests']}
+    lines = []
+    for key, label in (('defects', 'plugin'), ('plugin_failures', 'plugin'),
+                       ('stock_failures', 'stock')):
+        for test_id in cmp.get(key) or ():
+            result = by_id[test_id][label]
+            reason = [ln.strip() for ln in
+                      str(result.get('reason') or '').splitlines()
+                      if ln.strip()]
+            lines.append('%s (%s, %s): %s' % (
+                test_id, label, result['status'],
+                ' | '.join(reason[-3:])[-1000:]))
+    return lines
+
+
 def table_md(name: str, table: Mapping[str, Any]) -> str:
     """A check's own table, under its name."""
     columns = table['columns']

@@ -145,6 +145,12 @@ def test_own_tests_must_pass_and_stock_failures_are_flagged() -> None:
         '1 upstream test(s) failed on stock (fix the gate, or leave the '
         'test out of the selection saying why): ' + upstream]
     assert cmp['stock_failures'] == [upstream]
+    # Each with its reason, for the end of the gate's output.
+    assert results.failures(cmp) == [
+        own + ' (plugin, failed): Traceback (most recent call last): | '
+        '... | tempest.lib.exceptions.BuildErrorException: No valid host',
+        upstream + ' (stock, failed): Traceback (most recent call last): '
+        '| ... | tempest.lib.exceptions.BuildErrorException: No valid host']
     md = results.render_md(cmp)
     assert ('## Failed on stock\n\n- `%s`: failed tempest.lib.exceptions.'
             'BuildErrorException: No valid host' % upstream) in md
