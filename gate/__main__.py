@@ -118,7 +118,7 @@ def judge(state: P.State, skip_tempest: bool = False,
     stock = tempest.run(cloud_path, 'stock')
     md_path, json_path, cmp = results.write(
         stock, plugin, out_dir=results.out_dir(state.profile),
-        checks_path=checks_path, timing=compared)
+        checks_path=checks_path, timing=compared, logs=state.layout.logs)
     with open(md_path) as f:
         print(f.read().split('\n## Per test')[0])
     print('gate results: %s, %s' % (md_path, json_path))
@@ -126,6 +126,10 @@ def judge(state: P.State, skip_tempest: bool = False,
         print('gate: %s' % problem, file=sys.stderr)
     for failure in results.failures(cmp):
         print('gate: why: %s' % failure, file=sys.stderr)
+    for hit in cmp['stock_nova_defects']:
+        print('gate: stock Nova defect met (not judged): %s (%s), server '
+              '%s: %s' % (hit['id'], hit['run'], hit['instance'],
+                          hit['bug']), file=sys.stderr)
     return 0 if cmp['summary']['ok'] else 1
 
 

@@ -17,13 +17,18 @@ Verdicts per test:
   failed or missing on the plugin;
 * ``failed on both``: an upstream test stock does not pass either (listed,
   not a regression of the plugin);
+* ``stock Nova defect``: failed on either run because its server met one
+  of stock Nova's own defects, as the computes logged it
+  (:mod:`gate.upstream_bugs`): listed with the instance and the bug,
+  neither a defect of the plugin nor a failure of the gate;
 * ``ok`` otherwise.
 
 CLI (exit 1 on a DEFECT, a plugin failure, a failed check, or fewer than
 ``--min-passed`` upstream tests passing on both)::
 
     python -m gate.results --stock S.json --plugin P.json \
-        [--checks C.json] [--out-dir gate/results] [--min-passed 40]
+        [--checks C.json] [--out-dir gate/results] [--min-passed 40] \
+        [--logs <cloud>/logs]
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
 
+from gate import upstream_bugs
 from gate.cloud import layout as L
 from gate.timing import render_md as timing_md
 
@@ -76,8 +82,24 @@ def normalize_check(check: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _met_bug(result: Mapping[str, Any],
+             hits: Mapping[str, str]) -> dict[str, Any]:
+    """``result``, with ``upstream_bug`` and ``instance`` when it failed
+    on a server the computes logged meeting a stock Nova defect (tempest
+    names the server in its failure)."""
+    if result['status'] != 'failed' or not hits:
+        return dict(result)
+    reason = str(result.get('reason') or '')
+    for instance, bug in sorted(hits.items()):
+        if instance in reason:
+            return {**result, 'upstream_bug': bug, 'instance': instance}
+    return dict(result)
+
+
 def verdict(stock: Mapping[str, Any], plugin: Mapping[str, Any],
             upstream: bool = True) -> str:
+    if stock.get('upstream_bug') or plugin.get('upstream_bug'):
+        return 'stock Nova defect'
     if stock['status'] == 'passed' and plugin['status'] != 'passed':
         return 'DEFECT'
     if plugin['status'] in ('failed', 'missing') \
@@ -91,15 +113,20 @@ def verdict(stock: Mapping[str, Any], plugin: Mapping[str, Any],
 def compare(stock: Mapping[str, Any], plugin: Mapping[str, Any],
             checks: Sequence[Mapping[str, Any]] = (),
             min_passed: int = MIN_PASSED,
-            timing: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The comparison of two runs (what latest.json holds)."""
+            timing: Mapping[str, Any] | None = None,
+            upstream_hits: Mapping[str, str] | None = None,
+            ) -> dict[str, Any]:
+    """The comparison of two runs (what latest.json holds);
+    ``upstream_hits``: ``{instance uuid: bug}`` of
+    :func:`gate.upstream_bugs.instances_hit_in`."""
     checks = [normalize_check(c) for c in checks]
+    hits = upstream_hits or {}
     s_tests = stock.get('tests', {})
     p_tests = plugin.get('tests', {})
     rows = []
     for test_id in sorted(set(s_tests) | set(p_tests)):
-        s = s_tests.get(test_id, _ABSENT)
-        p = p_tests.get(test_id, _ABSENT)
+        s = _met_bug(s_tests.get(test_id, _ABSENT), hits)
+        p = _met_bug(p_tests.get(test_id, _ABSENT), hits)
         rows.append({'id': test_id, 'stock': s, 'plugin': p,
                      'verdict': verdict(
                          s, p, test_id.startswith(UPSTREAM_PREFIX))})
@@ -113,7 +140,13 @@ def compare(stock: Mapping[str, Any], plugin: Mapping[str, Any],
     # fails is stock's behaviour or the gate's, never the plugin's, and
     # would drop silently out of the comparison: flagged, with its reason.
     stock_failures = [r['id'] for r in upstream
-                      if r['stock']['status'] in ('failed', 'missing')]
+                      if r['stock']['status'] in ('failed', 'missing')
+                      and r['verdict'] != 'stock Nova defect']
+    stock_defects = [
+        {'id': r['id'], 'run': label, 'instance': r[label]['instance'],
+         'bug': r[label]['upstream_bug']}
+        for r in rows for label in ('stock', 'plugin')
+        if r[label].get('upstream_bug')]
     failed_checks = [c['name'] for c in checks if c['status'] != 'passed']
     problems = []
     if defects:
@@ -145,6 +178,7 @@ def compare(stock: Mapping[str, Any], plugin: Mapping[str, Any],
             'defects': len(defects),
             'plugin_failures': len(plugin_failures),
             'stock_failures': len(stock_failures),
+            'stock_nova_defects': len(stock_defects),
             'checks_failed': len(failed_checks),
             'ok': not problems,
             'problems': problems,
@@ -152,6 +186,7 @@ def compare(stock: Mapping[str, Any], plugin: Mapping[str, Any],
         'defects': defects,
         'plugin_failures': plugin_failures,
         'stock_failures': stock_failures,
+        'stock_nova_defects': stock_defects,
         'checks': checks,
         'timing': timing,
         'tests': rows,
@@ -267,6 +302,14 @@ def render_md(cmp: Mapping[str, Any]) -> str:
         for test_id in cmp['stock_failures']:
             s = by_id[test_id]['stock']
             out.append('- `%s`: %s %s\n' % (test_id, s['status'], _why(s)))
+    if cmp.get('stock_nova_defects'):
+        out.append('\n## Stock Nova defects met\n\nNeither run\'s driver: '
+                   'the computes logged stock Nova failing these servers '
+                   '(`gate/upstream_bugs.py`).\n\n')
+        for hit in cmp['stock_nova_defects']:
+            out.append('- `%s` (%s): server %s, %s: %s\n' % (
+                hit['id'], hit['run'], hit['instance'], hit['bug'],
+                upstream_bugs.title(hit['bug'])))
     if cmp['checks']:
         out.append('\n## Gate checks\n\n| check | status | detail |\n'
                    '|---|---|---|\n')
@@ -303,8 +346,11 @@ def write(stock_path: str, plugin_path: str, out_dir: str = OUT_DIR,
           checks_path: str | None = None,
           min_passed: int = MIN_PASSED,
           timing: Mapping[str, Any] | None = None,
+          logs: str | None = None,
           ) -> tuple[str, str, dict[str, Any]]:
-    """Write latest.md and latest.json; (md path, json path, comparison)."""
+    """Write latest.md and latest.json; (md path, json path, comparison);
+    ``logs``: the cloud's log directory, read for stock Nova's own
+    defects (:mod:`gate.upstream_bugs`)."""
     with open(stock_path) as f:
         stock = json.load(f)
     with open(plugin_path) as f:
@@ -313,7 +359,8 @@ def write(stock_path: str, plugin_path: str, out_dir: str = OUT_DIR,
     if checks_path:
         with open(checks_path) as f:
             checks = json.load(f)
-    cmp = compare(stock, plugin, checks, min_passed, timing)
+    hits = upstream_bugs.instances_hit_in(logs) if logs else None
+    cmp = compare(stock, plugin, checks, min_passed, timing, hits)
     os.makedirs(out_dir, exist_ok=True)
     md_path = os.path.join(out_dir, 'latest.md')
     json_path = os.path.join(out_dir, 'latest.json')
@@ -371,9 +418,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('--checks')
     parser.add_argument('--out-dir', default=OUT_DIR)
     parser.add_argument('--min-passed', type=int, default=MIN_PASSED)
+    parser.add_argument('--logs', help="the cloud's log directory (stock "
+                        "Nova's own defects are read there)")
     args = parser.parse_args(argv)
     md_path, json_path, cmp = write(args.stock, args.plugin, args.out_dir,
-                                    args.checks, args.min_passed)
+                                    args.checks, args.min_passed,
+                                    logs=args.logs)
     summary = cmp['summary']
     print('%s: %s (%d upstream tests pass on both)' % (
         md_path, 'PASS' if summary['ok'] else

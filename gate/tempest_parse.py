@@ -33,6 +33,9 @@ _STATUS = {
 _CLASS_EVENT = re.compile(
     r'^(setUpClass|tearDownClass|setUpModule|tearDownModule) \((.+)\)$')
 REASON_MAX = 2000
+#: The most of a failure's exception kept whole (a server's fault, with
+#: its own traceback, can be longer than ``REASON_MAX``).
+EXCEPTION_MAX = 16000
 
 
 def base_id(test_id: str) -> str:
@@ -51,6 +54,18 @@ def _text(details: Mapping[str, Any], *names: str) -> str:
     return ''
 
 
+def _exception(tb: str) -> str:
+    """A traceback's last exception: what follows its last frame."""
+    lines = tb.splitlines(keepends=True)
+    frames = [i for i, ln in enumerate(lines) if ln.startswith('  File "')]
+    if not frames:
+        return ''
+    rest = lines[frames[-1] + 1:]
+    while rest and rest[0].startswith('    '):
+        rest.pop(0)
+    return ''.join(rest)
+
+
 def _summary(status: str, details: Mapping[str, Any]) -> str:
     """Why a test skipped or failed: the reason, or the traceback's tail
     (its last lines name the exception)."""
@@ -59,7 +74,11 @@ def _summary(status: str, details: Mapping[str, Any]) -> str:
     if status == 'failed':
         tb = _text(details, 'traceback').strip()
         if len(tb) > REASON_MAX:
-            tb = '...' + tb[-REASON_MAX:]
+            # The tail, or the whole exception when it is longer: its
+            # first line names the server a build failed (tempest's
+            # BuildErrorException), which gate.upstream_bugs looks for.
+            keep = max(REASON_MAX, len(_exception(tb)))
+            tb = '...' + tb[-min(keep, EXCEPTION_MAX):]
         return tb
     return ''
 

@@ -62,3 +62,27 @@ def test_stream_and_expand() -> None:
 def test_base_id() -> None:
     assert tempest_parse.base_id('a.B.c[id-1,negative]') == 'a.B.c'
     assert tempest_parse.base_id('a.B.c') == 'a.B.c'
+
+
+def test_a_long_failure_keeps_its_whole_exception() -> None:
+    # A server's fault (its own traceback inside) makes the exception
+    # longer than the kept tail: its first line, naming the server, stays.
+    fault = 'Server abc failed to build and is in ERROR status\n' + \
+        'Details: Fault: ' + 'x' * 5000 + '\n'
+    tb = ('Traceback (most recent call last):\n'
+          '  File "t.py", line 1, in test\n    waiters.wait()\n'
+          + '  File "w.py", line 9, in wait\n    raise Build()\n'
+          'tempest.exceptions.BuildErrorException: ' + fault)
+    short = 'Traceback (most recent call last):\n' + \
+        '  File "t.py", line 1, in test\n' * 200 + 'ValueError: boom\n'
+    data = _stream([('m.A.test_build', 'fail', 1.0, {'traceback': tb}),
+                    ('m.A.test_short', 'fail', 1.0, {'traceback': short})])
+    raw = tempest_parse.read_stream(io.BytesIO(data), lambda i, r: None)
+    reason = raw['m.A.test_build']['reason']
+    assert reason.startswith('...tempest.exceptions.BuildErrorException: '
+                             'Server abc failed to build')
+    assert reason.endswith('x' * 100)
+    # Otherwise the tail, as before.
+    reason = raw['m.A.test_short']['reason']
+    assert len(reason) == tempest_parse.REASON_MAX + 3
+    assert reason.endswith('ValueError: boom')
