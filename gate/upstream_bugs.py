@@ -31,7 +31,7 @@ import re
 from collections.abc import Iterable
 
 _LINE = re.compile(
-    r'^(?P<stamp>\S+ \S+ \d+) ERROR (?P<logger>\S+) '
+    r'^(?P<stamp>\S+ \S+ \d+) ERROR \S+ '
     r'(?:\[[^\]]*\] )?\[instance: (?P<instance>[0-9a-f-]{36})\] '
     r'(?P<text>.*)$')
 
@@ -57,8 +57,7 @@ BUGS = (
         "its network allocation thread adds network_allocated to it",
         ('Failure prepping block device: RuntimeError: dictionary changed '
          'size during iteration',
-         'in get_image_from_system_metadata',
-         'RuntimeError: dictionary changed size during iteration')),
+         'in get_image_from_system_metadata')),
 )
 
 
