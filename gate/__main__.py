@@ -30,6 +30,7 @@ its checks (:mod:`gate.check_ceph`), its results in
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -97,10 +98,33 @@ def _boot_times(state: P.State,
     return merged['stock'], merged['plugin']
 
 
+def _stock_selection(plugin: str, stock_scope: str) -> str | None:
+    """What stock runs: the whole selection (``all``), or with
+    ``where-needed`` a selection file of the tests the plugin did not
+    pass, next to its results; None when that is none."""
+    if stock_scope == 'all':
+        return tempest.SELECTION
+    selection = os.path.join(os.path.dirname(plugin), 'not-passed.txt')
+    count = tempest.not_passed_selection(plugin, selection)
+    P.progress('stock runs where needed: the %d tests the plugin did not '
+               'pass' % count)
+    return selection if count else None
+
+
+def _not_run(state: P.State) -> str:
+    """An empty stock results.json: stock was not needed."""
+    path = state.layout.path('stock-not-needed.json')
+    with open(path, 'w') as f:
+        json.dump({'label': 'stock', 'tests': {}, 'counts': {},
+                   'wall_seconds': 0.0, 'returncode': 0}, f)
+    return path
+
+
 def judge(state: P.State, skip_tempest: bool = False,
-          boot_times: bool = False) -> int:
+          boot_times: bool = False, stock_scope: str = 'all') -> int:
     """Steps 2 to 5 on a running cloud (of the profile it was started
-    with); 0 when the gate passes."""
+    with); 0 when the gate passes. ``stock_scope``: how much of the
+    selection stock runs (:data:`gate.results.STOCK_SCOPES`)."""
     cloud_path = state.layout.cloud_json
     check_results = checks.run(cloud_path)
     checks_path = state.layout.path('checks.json')
@@ -108,17 +132,21 @@ def judge(state: P.State, skip_tempest: bool = False,
     if skip_tempest:
         return int(bool(failed_checks))
     plugin = tempest.run(cloud_path, 'plugin')
-    _delete_servers(cloud_path)
+    selection = _stock_selection(plugin, stock_scope)
     compared = None
+    if boot_times or selection:
+        _delete_servers(cloud_path)
     if boot_times:
         stock_times, plugin_times = _boot_times(state, cloud_path)
         compared = timing.compare(stock_times, plugin_times)
-    else:
+    elif selection:
         _switch(state, L.STOCK_DRIVER)
-    stock = tempest.run(cloud_path, 'stock')
+    stock = (tempest.run(cloud_path, 'stock', selection) if selection
+             else _not_run(state))
     md_path, json_path, cmp = results.write(
         stock, plugin, out_dir=results.out_dir(state.profile),
-        checks_path=checks_path, timing=compared, logs=state.layout.logs)
+        checks_path=checks_path, timing=compared, logs=state.layout.logs,
+        stock_scope=stock_scope)
     with open(md_path) as f:
         print(f.read().split('\n## Per test')[0])
     print('gate results: %s, %s' % (md_path, json_path))
@@ -158,6 +186,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument('--timing', action='store_true',
                    help='measure the boot times on both drivers too '
                         '(about 7 more minutes)')
+    p.add_argument('--stock', choices=results.STOCK_SCOPES, default='all',
+                   help='the tempest selection on stock: all of it (the '
+                        'whole side-by-side report), or only where the '
+                        "plugin did not pass (make test's gate tier; all "
+                        'a verdict needs; default: %(default)s)')
     args = p.parse_args(argv)
     try:
         state, cloud = cloud_cli.start(profile=args.profile)
@@ -171,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGHUP, _interrupt)
     try:
         cloud_cli.report(state, cloud)
-        rc = judge(state, args.skip_tempest, args.timing)
+        rc = judge(state, args.skip_tempest, args.timing, args.stock)
     except (KeyboardInterrupt, cloud_cli.Interrupted):
         rc = 130
         args.keep = False

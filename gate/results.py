@@ -28,7 +28,10 @@ CLI (exit 1 on a DEFECT, a plugin failure, a failed check, or fewer than
 
     python -m gate.results --stock S.json --plugin P.json \
         [--checks C.json] [--out-dir gate/results] [--min-passed 40] \
-        [--logs <cloud>/logs]
+        [--logs <cloud>/logs] [--stock-scope all|where-needed]
+
+With ``--stock-scope where-needed`` the stock run covered only the tests
+the plugin did not pass; stock's side of the others reads ``not needed``.
 """
 
 from __future__ import annotations
@@ -61,6 +64,16 @@ MIN_PASSED = 450
 UPSTREAM_PREFIX = 'tempest.'
 _ABSENT = {'status': 'missing', 'duration': 0.0,
            'reason': 'not in this run'}
+#: Stock's side of a test the plugin passed, when stock ran only where
+#: the judgement needs it (:data:`STOCK_SCOPES`).
+_NOT_NEEDED = {'status': 'not needed', 'duration': 0.0,
+               'reason': 'passed on the plugin: stock not run'}
+#: How much of the selection stock runs: ``all`` of it (``make gate``:
+#: the whole side-by-side report), or ``where-needed``, only the tests the
+#: plugin did not pass (failed, skipped or missing; ``make test``'s gate
+#: tier), which is all a verdict reads: a test the plugin passes is ``ok``
+#: whatever stock does.
+STOCK_SCOPES = ('all', 'where-needed')
 
 
 _CHECK_STATUS = {'pass': 'passed', 'fail': 'failed', 'error': 'failed',
@@ -115,23 +128,33 @@ def compare(stock: Mapping[str, Any], plugin: Mapping[str, Any],
             min_passed: int = MIN_PASSED,
             timing: Mapping[str, Any] | None = None,
             upstream_hits: Mapping[str, str] | None = None,
+            stock_scope: str = 'all',
             ) -> dict[str, Any]:
     """The comparison of two runs (what latest.json holds);
     ``upstream_hits``: ``{instance uuid: bug}`` of
-    :func:`gate.upstream_bugs.instances_hit_in`."""
+    :func:`gate.upstream_bugs.instances_hit_in`; ``stock_scope``: one of
+    :data:`STOCK_SCOPES`, what ``stock`` ran."""
+    if stock_scope not in STOCK_SCOPES:
+        raise ValueError('stock_scope %r: one of %s'
+                         % (stock_scope, ', '.join(STOCK_SCOPES)))
     checks = [normalize_check(c) for c in checks]
     hits = upstream_hits or {}
     s_tests = stock.get('tests', {})
     p_tests = plugin.get('tests', {})
     rows = []
     for test_id in sorted(set(s_tests) | set(p_tests)):
-        s = _met_bug(s_tests.get(test_id, _ABSENT), hits)
         p = _met_bug(p_tests.get(test_id, _ABSENT), hits)
+        s_absent = (_NOT_NEEDED if stock_scope == 'where-needed'
+                    and p['status'] == 'passed' else _ABSENT)
+        s = _met_bug(s_tests.get(test_id, s_absent), hits)
         rows.append({'id': test_id, 'stock': s, 'plugin': p,
                      'verdict': verdict(
                          s, p, test_id.startswith(UPSTREAM_PREFIX))})
     upstream = [r for r in rows if r['id'].startswith(UPSTREAM_PREFIX)]
-    both = sum(1 for r in upstream if r['stock']['status'] == 'passed'
+    # Where stock ran only where needed, a test it did not need to run
+    # counts as passing on both: the plugin passed it.
+    both = sum(1 for r in upstream
+               if r['stock']['status'] in ('passed', 'not needed')
                and r['plugin']['status'] == 'passed')
     defects = [r['id'] for r in rows if r['verdict'] == 'DEFECT']
     plugin_failures = [r['id'] for r in rows
@@ -172,6 +195,7 @@ def compare(stock: Mapping[str, Any], plugin: Mapping[str, Any],
                  for label, run in (('stock', stock), ('plugin', plugin))},
         'summary': {
             'tests': len(rows),
+            'stock_scope': stock_scope,
             'upstream_tests': len(upstream),
             'upstream_passed_on_both': both,
             'min_passed': min_passed,
@@ -264,25 +288,38 @@ def render_md(cmp: Mapping[str, Any]) -> str:
     """latest.md."""
     summary = cmp['summary']
     runs = cmp['runs']
+    where_needed = summary.get('stock_scope') == 'where-needed'
     out = ['# Gate results: stock Nova against nova-imgtype\n',
-           '\nGenerated %s by `python -m gate.results`. Each tempest test ran '
-           'once against stock `libvirt.LibvirtDriver` computes and once '
-           'against `imgtype.LibvirtDriver` computes of the same cloud.\n'
-           % cmp['generated'],
+           '\nGenerated %s by `python -m gate.results`. %s\n' % (
+               cmp['generated'],
+               'Each tempest test ran against `imgtype.LibvirtDriver` '
+               'computes; stock `libvirt.LibvirtDriver` computes of the same '
+               'cloud then ran only the tests the plugin did not pass '
+               '(`--stock where-needed`: a test the plugin passes is ok '
+               'whatever stock does).' if where_needed else
+               'Each tempest test ran once against stock '
+               '`libvirt.LibvirtDriver` computes and once against '
+               '`imgtype.LibvirtDriver` computes of the same cloud.'),
            '\n## Summary\n\n',
            '**%s**' % ('PASS' if summary['ok'] else 'FAIL')]
     out.append(': ' + '; '.join(summary['problems']) + '\n'
                if summary['problems'] else
                ': the plugin passes every test stock passes.\n')
     out.append('\n| | stock | plugin |\n|---|---|---|\n')
-    for key in ('passed', 'failed', 'skipped', 'missing'):
+    keys = ['passed', 'failed', 'skipped', 'missing']
+    if where_needed:
+        keys.append('not needed')
+    for key in keys:
         out.append('| %s | %d | %d |\n' % (
-            key, runs['stock']['counts'][key], runs['plugin']['counts'][key]))
+            key, runs['stock']['counts'].get(key, 0),
+            runs['plugin']['counts'].get(key, 0)))
     out.append('| wall time | %s s | %s s |\n' % (
         runs['stock']['wall_seconds'], runs['plugin']['wall_seconds']))
-    out.append('\nUpstream tempest tests passing on both: **%d** '
+    out.append('\nUpstream tempest tests passing on both%s: **%d** '
                '(at least %d wanted) of %d upstream tests, %d tests in all.'
-               '\n' % (summary['upstream_passed_on_both'],
+               '\n' % (' (or on the plugin, stock not needed)'
+                       if where_needed else '',
+                       summary['upstream_passed_on_both'],
                        summary['min_passed'], summary['upstream_tests'],
                        summary['tests']))
     by_id = {r['id']: r for r in cmp['tests']}
@@ -333,7 +370,8 @@ def render_md(cmp: Mapping[str, Any]) -> str:
             row['verdict'] if row['verdict'] != 'ok' else ''))
     reasons = [(row['id'], label, row[label]) for row in cmp['tests']
                for label in ('stock', 'plugin')
-               if row[label]['status'] != 'passed' and _why(row[label])]
+               if row[label]['status'] not in ('passed', 'not needed')
+               and _why(row[label])]
     if reasons:
         out.append('\n## Why not passed\n\n')
         for test_id, label, result in reasons:
@@ -347,10 +385,12 @@ def write(stock_path: str, plugin_path: str, out_dir: str = OUT_DIR,
           min_passed: int = MIN_PASSED,
           timing: Mapping[str, Any] | None = None,
           logs: str | None = None,
+          stock_scope: str = 'all',
           ) -> tuple[str, str, dict[str, Any]]:
     """Write latest.md and latest.json; (md path, json path, comparison);
     ``logs``: the cloud's log directory, read for stock Nova's own
-    defects (:mod:`gate.upstream_bugs`)."""
+    defects (:mod:`gate.upstream_bugs`); ``stock_scope``: what the stock
+    run covered (:data:`STOCK_SCOPES`)."""
     with open(stock_path) as f:
         stock = json.load(f)
     with open(plugin_path) as f:
@@ -360,7 +400,8 @@ def write(stock_path: str, plugin_path: str, out_dir: str = OUT_DIR,
         with open(checks_path) as f:
             checks = json.load(f)
     hits = upstream_bugs.instances_hit_in(logs) if logs else None
-    cmp = compare(stock, plugin, checks, min_passed, timing, hits)
+    cmp = compare(stock, plugin, checks, min_passed, timing, hits,
+                  stock_scope)
     os.makedirs(out_dir, exist_ok=True)
     md_path = os.path.join(out_dir, 'latest.md')
     json_path = os.path.join(out_dir, 'latest.json')
@@ -401,13 +442,15 @@ def append_history(path: str, cmp: dict[str, Any]) -> None:
     with open(path, 'a') as f:
         if new:
             f.write(HISTORY_HEAD)
-        f.write('| %s | %s | %s | %d/%d | %d/%d | %d |\n' % (
+        f.write('| %s | %s | %s | %d/%d | %d/%d%s | %d |\n' % (
             cmp['generated'], _commit(),
             'PASS' if summary['ok'] else 'FAIL',
             runs['plugin']['counts']['passed'],
             runs['plugin']['counts']['failed'],
             runs['stock']['counts']['passed'],
             runs['stock']['counts']['failed'],
+            ' (where needed)'
+            if summary.get('stock_scope') == 'where-needed' else '',
             summary['checks_failed']))
 
 
@@ -420,10 +463,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('--min-passed', type=int, default=MIN_PASSED)
     parser.add_argument('--logs', help="the cloud's log directory (stock "
                         "Nova's own defects are read there)")
+    parser.add_argument('--stock-scope', choices=STOCK_SCOPES,
+                        default='all', help='what the stock run covered '
+                        '(default: %(default)s)')
     args = parser.parse_args(argv)
     md_path, json_path, cmp = write(args.stock, args.plugin, args.out_dir,
                                     args.checks, args.min_passed,
-                                    logs=args.logs)
+                                    logs=args.logs,
+                                    stock_scope=args.stock_scope)
     summary = cmp['summary']
     print('%s: %s (%d upstream tests pass on both)' % (
         md_path, 'PASS' if summary['ok'] else

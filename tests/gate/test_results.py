@@ -166,3 +166,66 @@ def test_each_profile_has_its_own_results() -> None:
     # profile's beside them, each with its own history.
     assert results.out_dir('default') == results.OUT_DIR
     assert results.out_dir('ceph') == os.path.join(results.OUT_DIR, 'ceph')
+
+
+# Stock run where needed (make test's gate tier): stock ran only the tests
+# the plugin did not pass (gate.tempest.not_passed_selection).
+STOCK_WHERE_NEEDED = _run('stock', {
+    'tempest.api.a.T.test_regressed': P,
+    'tempest.api.a.T.test_skipped_on_plugin': P,
+    'tempest.api.a.T.test_skip_both': S,
+    'nova_imgtype_tempest_plugin.tests.scenario.t.T.test_own': S,
+})
+
+
+def test_where_needed_judges_what_the_plugin_did_not_pass() -> None:
+    cmp = results.compare(STOCK_WHERE_NEEDED, PLUGIN, min_passed=1,
+                          stock_scope='where-needed')
+    rows = {r['id']: r for r in cmp['tests']}
+    # What the plugin passed needs no stock run: ok, and it counts.
+    both = rows['tempest.api.a.T.test_both']
+    assert both['stock']['status'] == 'not needed'
+    assert both['verdict'] == 'ok'
+    assert cmp['summary']['upstream_passed_on_both'] == 1
+    # What it failed or skipped and stock passed is still a DEFECT.
+    assert cmp['defects'] == ['tempest.api.a.T.test_regressed',
+                              'tempest.api.a.T.test_skipped_on_plugin']
+    # A test the plugin failed that stock did not run is stock's missing
+    # result, said, never taken as not needed.
+    fail_both = rows['tempest.api.a.T.test_fail_both']
+    assert fail_both['stock']['status'] == 'missing'
+    assert cmp['stock_failures'] == ['tempest.api.a.T.test_fail_both']
+    assert cmp['summary']['stock_scope'] == 'where-needed'
+    assert cmp['runs']['stock']['counts']['not needed'] == 1
+    md = results.render_md(cmp)
+    assert 'ran only the tests the plugin did not pass' in md
+    assert '| not needed | 1 | 0 |' in md
+
+
+def test_where_needed_with_nothing_to_run_passes() -> None:
+    plugin = _run('plugin', {'tempest.x': P, 'tempest.y': P})
+    cmp = results.compare(_run('stock', {}), plugin, min_passed=2,
+                          stock_scope='where-needed')
+    assert cmp['summary']['ok'], cmp['summary']['problems']
+    assert cmp['summary']['upstream_passed_on_both'] == 2
+    # The same empty stock run read as a whole one is two stock failures.
+    whole = results.compare(_run('stock', {}), plugin, min_passed=2)
+    assert whole['stock_failures'] == ['tempest.x', 'tempest.y']
+
+
+def test_an_unknown_stock_scope_is_named() -> None:
+    import pytest
+    with pytest.raises(ValueError, match="'some'"):
+        results.compare(STOCK, PLUGIN, stock_scope='some')
+
+
+def test_history_says_where_stock_ran_only_where_needed(tmp_path) -> None:
+    cmp = results.compare(STOCK_WHERE_NEEDED, PLUGIN, min_passed=1,
+                          stock_scope='where-needed')
+    path = str(tmp_path / 'history.md')
+    results.append_history(path, cmp)
+    results.append_history(path, results.compare(STOCK, PLUGIN,
+                                                 min_passed=1))
+    lines = pathlib.Path(path).read_text().splitlines()
+    assert lines[-2].count('(where needed)') == 1
+    assert '(where needed)' not in lines[-1]

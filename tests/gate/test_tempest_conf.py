@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import configparser
 import io
+import json
 import pathlib
 import re
 
@@ -179,3 +180,32 @@ def test_execute_without_a_cloud(tmp_path: pathlib.Path) -> None:
             assert 'image_type_scheduling is False' in result['reason']
     assert '4 tests selected' in log.getvalue()
     assert (tmp_path / 'ws' / 'results.subunit').stat().st_size > 0
+
+
+def test_the_tests_not_passed_make_stock_s_selection(
+        tmp_path: pathlib.Path) -> None:
+    """``--stock where-needed``: stock runs exactly the tests the plugin
+    failed, skipped or left without a result, and none it passed."""
+    from gate import __main__ as gate_main
+    base = 'tempest.api.compute.admin.test_migrations.MigrationsAdminTest.'
+    statuses = {'test_cold_migration': 'failed',
+                'test_cold_migration_revert': 'passed',
+                'test_resize_server_revert_deleted_flavor': 'skipped',
+                'test_list_migrations': 'missing'}
+    plugin = tmp_path / 'plugin' / 'results.json'
+    plugin.parent.mkdir()
+    plugin.write_text(json.dumps({'tests': {
+        base + name: {'status': s} for name, s in statuses.items()}}))
+    selection = gate_main._stock_selection(str(plugin), 'where-needed')
+    assert selection == str(tmp_path / 'plugin' / 'not-passed.txt')
+    regexes = tempest_conf.selection_regexes(tempest_conf.parse_selection(
+        pathlib.Path(selection).read_text()))
+    chosen = {name for name in statuses
+              if any(re.search(r, base + name + '[id-1]') for r in regexes)}
+    assert chosen == {n for n, s in statuses.items() if s != 'passed'}
+    # All passed: stock need not run at all; 'all' is the whole selection.
+    plugin.write_text(json.dumps({'tests': {
+        base + name: {'status': 'passed'} for name in statuses}}))
+    assert gate_main._stock_selection(str(plugin), 'where-needed') is None
+    assert gate_main._stock_selection(str(plugin), 'all') == \
+        gate_tempest.SELECTION
