@@ -22,18 +22,21 @@ Live block migration: a running guest whose disk is a qcow2 overlay
 holding 256 MiB of random data on a 1 GiB template (both hosts have the
 template), between two throwaway libvirtds (each its own host UUID,
 ``qemu+tcp`` on loopback, peer to peer, ``VIR_MIGRATE_NON_SHARED_INC``: only
-the overlay crosses, as Nova asks). Stock: the overlay is a file of the
-instance directory, the destination's made by a bare ``qemu-img create``:
-less than stock's ``pre_live_migration`` does (its ``Qcow2`` backend also
-runs the template's safety check and ``qemu-img info`` through oslo's
-prlimit wrapper, about 0.25 s in the first-disk benchmark's warm rows), so
-a lower bound for stock. nova-imgtype: a volume of the source's dir
-pool, the destination's made in its dir pool
-(:meth:`~nova_imgtype.virt.libvirt.pools.StoragePools.create_cow`), the
-guest XML rewritten by
-:func:`~nova_imgtype.virt.libvirt.live_migration.destination_xml`. Timed:
-making the destination's disk and the migration, to the guest running
-there; the copy is QEMU's for both.
+the overlay crosses, as Nova asks). Each side makes the destination's
+disk with the function its image backend calls in ``pre_live_migration``
+(the template's safety check included): stock, a file of the instance
+directory made by ``nova.virt.libvirt.utils.create_image`` (what its
+``Qcow2`` backend calls: Nova's format inspector, then ``qemu-img info``
+of the template through oslo's prlimit wrapper, then ``qemu-img create``;
+the backend's own second safety check left out, so still a lower bound
+for stock); nova-imgtype, a volume of its dir pool made as its pool
+backend makes it (:func:`~nova_imgtype.virt.libvirt.sizes.checked_template`,
+then :meth:`~nova_imgtype.virt.libvirt.pools.StoragePools.create_cow` in
+the format the check read), the guest XML rewritten by
+:func:`~nova_imgtype.virt.libvirt.live_migration.destination_xml`. Until
+2026-11-27 stock's side was a bare ``qemu-img create``, less than its
+backend runs. Timed: making the destination's disk and the migration, to
+the guest running there; the copy is QEMU's for both.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ import time
 from typing import Any
 
 import libvirt
+from nova.virt.libvirt import utils as libvirt_utils
 
 from benchmarks import sampling
 from benchmarks import tables
@@ -58,6 +62,7 @@ from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import pools as pools_mod
 from nova_imgtype.virt.libvirt import remote_storage
 from nova_imgtype.virt.libvirt import resolver as resolver_mod
+from nova_imgtype.virt.libvirt import sizes
 from nova_imgtype_testing import libvirtd as real
 
 MiB = 1024 ** 2
@@ -203,12 +208,14 @@ def _live_once(src: libvirt.virConnect, dst: libvirt.virConnect,
         pool = _pool(dst, os.path.join(work, 'dst-disks'))
         start = time.monotonic()
         if side == 'stock':
-            real.qemu_img('create', '-q', '-f', 'qcow2', '-F', 'qcow2',
-                          '-b', template, there, str(size))
+            libvirt_utils.create_image(there, 'qcow2', size,
+                                       backing_file=template)
             xml = xml.replace(disk, there)
         else:
             there = pools_mod.StoragePools(lambda: dst).create_cow(
-                pool, 'u_disk', template, 'qcow2', size).path()
+                pool, 'u_disk', template,
+                sizes.template_format(sizes.checked_template(template)),
+                size).path()
             xml = live_migration.destination_xml(
                 xml, 'u', [live_migration.LocalDisk('vda', 'disk', 'file',
                                                     path=disk)],
@@ -234,7 +241,13 @@ def _live_once(src: libvirt.virConnect, dst: libvirt.virConnect,
 def run_live() -> list[dict[str, Any]]:
     """Live block migrations of an overlay disk, stock's and the plugin's
     alternated; their rows."""
+    from nova.tests import fixtures as nova_fixtures
+
     work = tempfile.mkdtemp(prefix='bench-live-', dir='/var/tmp')
+    # Privsep'd calls (the check's utime of the template) in this process,
+    # as root, as the other benchmarks run them.
+    privsep = nova_fixtures.PrivsepFixture()
+    privsep.setUp()
     src_daemon = real.start_libvirtd('system',
                                      tcp_address=LIVE_SOURCE_ADDRESS)
     dst_daemon = real.start_libvirtd('system', tcp_address=LIBVIRT_ADDRESS)
@@ -259,6 +272,7 @@ def run_live() -> list[dict[str, Any]]:
         dst.close()
         src_daemon.stop()
         dst_daemon.stop()
+        privsep.cleanUp()
         shutil.rmtree(work, ignore_errors=True)
     stock = statistics.median(times['stock'])
     return [{'benchmark': 'moves', 'case': 'live: ' + case, 'size': size,
@@ -347,9 +361,11 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
             '256 MiB of random data on a 1 GiB template, between two '
             'libvirtds over `qemu+tcp` on loopback, peer to peer, '
             '`VIR_MIGRATE_NON_SHARED_INC` (only the overlay crosses): '
-            "stock's file overlays (destination's made with `qemu-img "
-            "create`) against the plugin's dir pool volumes (destination's "
-            'made by `create_cow`, XML by `destination_xml`). Timed: the '
+            "stock's file overlays (destination's made by stock's "
+            '`libvirt_utils.create_image`, what its Qcow2 backend calls) '
+            "against the plugin's dir pool volumes (destination's made as "
+            'its pool backend makes them: `checked_template`, `create_cow`; '
+            'XML by `destination_xml`). Timed: the '
             "destination's disk and the migration. Sides alternated, the one "
             'that goes first too; median of %d runs.' % (
                 live[0]['domain_type'], live[0]['runs']), '',
