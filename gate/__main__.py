@@ -6,11 +6,13 @@
    label ``plugin``;
 4. every server deleted, both computes restarted on stock
    ``libvirt.LibvirtDriver``, the same tempest selection again, label
-   ``stock``; with ``--timing`` (``make gate TIMING=1``) first the
-   end-to-end boot times (:mod:`gate.timing`) on the plugin's computes and
-   on stock's, their runs interleaved (both computes restarted on the other
-   driver between them): about 7 minutes, reported and not judged, so not
-   part of ``make test``;
+   ``stock`` (with ``--stock where-needed``, as ``make test`` runs it, only
+   the tests the plugin did not pass, and nothing at all when it passed
+   every one: a verdict reads no more); with ``--timing`` (``make gate
+   TIMING=1``) first the end-to-end boot times (:mod:`gate.timing`) on the
+   plugin's computes and on stock's, their runs interleaved (both computes
+   restarted on the other driver between them): about 7 minutes, reported
+   and not judged, so not part of ``make test``;
 5. all of it side by side in ``gate/results/latest.{md,json}``
    (:mod:`gate.results`); the gate fails on a test that passes on stock but
    not on the plugin, on a failed check, or on fewer upstream tests passing
