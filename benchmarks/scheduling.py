@@ -14,8 +14,8 @@ same run:
   (``[scheduler]filter_hosts_by_image_type_support = True``), placement
   returns only hosts with ``COMPUTE_IMAGE_TYPE_QCOW2``;
 * ``host filter``: ``ImageTypeSupportFilter`` appended to
-  ``[filter_scheduler]enabled_filters`` (toggle off), one placement traits
-  request per host.
+  ``[filter_scheduler]enabled_filters`` (toggle off), one placement request
+  per filtering pass (the providers with the image's trait).
 
 Every second compute node carries the image's trait. The request boots one
 qcow2 image with a 1 vCPU / 512 MiB / 1 GiB flavor, as the conductor asks
@@ -33,9 +33,7 @@ up (``service_down_time`` raised so that the run's length does not take
 them down), instance info in sync as nova-compute's periodic
 ``sync_instance_info`` leaves it (see :func:`_sync_instance_info`).
 
-One warm-up call per configuration and scale is excluded (the host
-filter's with an image without disk_format, so that warming up new host
-states does not cost a placement request per host); figures are the
+One warm-up call per configuration and scale is excluded; figures are the
 median (and 90th percentile where there are at least 10 calls) of the
 timed calls, configurations interleaved call by call; the candidates and
 passing hosts of every timed call are checked, untimed. Logging below
@@ -91,14 +89,13 @@ REQUEST = 'request filter (image_type_support)'
 HOST = 'host filter (ImageTypeSupportFilter)'
 CONFIGS = (STOCK, REQUEST, HOST)
 
-#: Timed calls per scale and configuration (after one warm-up call). The
-#: host filter asks placement once per host: fewer calls at large scales
-#: keep the whole module within a few minutes on two cores, and none at
-#: 5000 nodes (one call took 75 s there, 11x stock's, as at 1000 nodes).
+#: Timed calls per scale and configuration (after one warm-up call): fewer
+#: calls at large scales keep the whole module within a few minutes on two
+#: cores.
 RUNS: dict[int, dict[str, int]] = {
-    100: {STOCK: 15, REQUEST: 15, HOST: 10},
-    1000: {STOCK: 5, REQUEST: 5, HOST: 2},
-    5000: {STOCK: 2, REQUEST: 2, HOST: 0},
+    100: {STOCK: 15, REQUEST: 15, HOST: 15},
+    1000: {STOCK: 5, REQUEST: 5, HOST: 5},
+    5000: {STOCK: 2, REQUEST: 2, HOST: 2},
 }
 
 MAX_PLACEMENT_RESULTS = 10000
@@ -489,16 +486,11 @@ def _run(cloud: _Cloud) -> list[dict[str, Any]]:
              'properties': {}}
     nodes = _Nodes(cloud, ctxt)
 
-    def call(config: str, warm_up: bool = False) -> tuple[float, _Probe]:
+    def call(config: str) -> tuple[float, _Probe]:
         _settings(config, ours)
         manager = managers[config]
         instance_uuid = str(uuid.uuid4())
         meta = copy.deepcopy(image)
-        if warm_up and config == HOST:
-            # Same path, but the host filter has no trait to ask
-            # placement about: warming up 5,000 new host states should
-            # not cost 5,000 placement requests (~1 minute).
-            del meta['disk_format']
         spec = _spec(ctxt, flavor, meta, instance_uuid)
         probe.reset()
         start = time.perf_counter()
@@ -543,9 +535,8 @@ def _measure(total: int,
     runs = RUNS[total]
     configs = [config for config in CONFIGS if runs[config]]
     for config in configs:  # warm-up, not timed
-        _, seen = call(config, warm_up=True)
-        if config != HOST:
-            check(config, seen)
+        _, seen = call(config)
+        check(config, seen)
     for n in range(max(runs.values())):
         for config in configs:
             if n < runs[config]:
@@ -588,15 +579,13 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
         '1 GiB, alternates requested); every %s compute node has `%s`. '
         '`[scheduler]max_placement_results = %d` (the default 1000 would '
         'truncate the candidates). Configurations interleaved call by '
-        'call in the same run; one warm-up call per row excluded (the host '
-        "filter's with an image without disk_format, so that it does not "
-        'ask placement about every host just to warm up); median, p90 '
+        'call in the same run; one warm-up call per row excluded; median, p90 '
         'only with 10 calls or more (a median of 2 is their mean); '
         '`vs stock` is the ratio of medians; `a/c ms` is the median time '
         'of the GET /allocation_candidates inside the call. Fewer calls '
-        'at larger scales (`runs`) keep the module within ~4 minutes on '
-        '2 cores; the host filter, which asks placement about every host, '
-        'is not timed at 5000 nodes (one call took 75 s there). Compute '
+        'at larger scales (`runs`) keep the module within a few minutes '
+        'on 2 cores; the host filter asks placement once per call for '
+        'the providers with the trait. Compute '
         'nodes: one made through the placement REST API and Nova objects, '
         'the others copied from it in bulk; services up, instance info '
         'in sync (see `benchmarks/scheduling.py`).'

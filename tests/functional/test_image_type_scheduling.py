@@ -26,16 +26,19 @@ import urllib.parse
 from typing import Any
 
 import fixtures
+import nova.conf
 import os_traits
 from nova import context as nova_context
 from nova import objects
 from nova.scheduler import request_filter
+from nova.scheduler.client import report
 from nova.tests.functional.api import client as api_client
 
 from nova_imgtype.cmd import status
 from nova_imgtype.scheduler import request_filters
 from nova_imgtype_testing import functional as base
 
+CONF = nova.conf.CONF
 NATIVE = {'force_raw_images': False}
 CONVERT = {'force_raw_images': True}
 
@@ -150,6 +153,47 @@ class ImageTypeSchedulingTest(base.ImgtypeServersTestBase):
         self.flags(filter_hosts_by_image_type_support=False,
                    group='scheduler')
         image = self.create_image('qcow2')
+        server = self.boot_server(image['id'], host='narrow')
+        self.assertEqual('narrow', server['OS-EXT-SRV-ATTR:host'])
+
+    def test_host_filter_does_the_request_filters_job(self) -> None:
+        """The request filter off, ``ImageTypeSupportFilter`` enabled
+        instead: the same hosts, and one placement request per filtering
+        pass, whatever the number of hosts (stock's scheduler filters once
+        per instance of a multi-create, and once more for the
+        alternates)."""
+        self.flags(filter_hosts_by_image_type_support=False,
+                   group='scheduler')
+        self.flags(enabled_filters=(
+            CONF.filter_scheduler.enabled_filters +
+            ['ImageTypeSupportFilter']), group='filter_scheduler')
+        self.restart_scheduler()
+        self._start('native', 'convert', 'narrow')
+        asked: list[str] = []
+        real_get = report.SchedulerReportClient.get
+
+        def get(client: Any, url: str, *args: Any, **kwargs: Any) -> Any:
+            if url.startswith('/resource_providers?required='):
+                asked.append(urllib.parse.unquote(url.split('=', 1)[1]))
+            return real_get(client, url, *args, **kwargs)
+
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova.scheduler.client.report.SchedulerReportClient.get', get))
+        for fmt, count, flavor, allowed, traits in (
+                ('vmdk', 3, '1', {'convert'},
+                 os_traits.COMPUTE_IMAGE_TYPE_VMDK),
+                ('qcow2', 3, self._native_flavor(), {'native'},
+                 ','.join(sorted((os_traits.COMPUTE_IMAGE_TYPE_QCOW2,
+                                  'CUSTOM_IMGTYPE_NATIVE_QCOW2'))))):
+            asked.clear()
+            image = self.create_image(fmt)
+            self.assertEqual(allowed, self._boot_many(image['id'], count,
+                                                      flavor), fmt)
+            self.assertEqual([traits] * (count + 1), asked, fmt)
+            for server in self.api.get_servers():
+                self._delete_server(server)
+        # Raw: anywhere, including the host that excludes qcow2.
+        image = self.create_image('raw')
         server = self.boot_server(image['id'], host='narrow')
         self.assertEqual('narrow', server['OS-EXT-SRV-ATTR:host'])
 

@@ -13,6 +13,7 @@ from unittest import mock
 
 import os_traits
 import pytest
+from keystoneauth1 import exceptions as ks_exc
 from nova import exception as nova_exception
 from nova import objects
 from nova.api.validation.extra_specs import validators
@@ -186,22 +187,70 @@ def test_moves_ask_for_the_recorded_backend(conf, sysmeta, cell, wanted):
     assert spec.root_required == wanted
 
 
-@pytest.mark.parametrize('host_traits,passes', [
-    ({os_traits.COMPUTE_IMAGE_TYPE_QCOW2, 'CUSTOM_IMGTYPE_NATIVE_QCOW2'},
-     True),
-    ({os_traits.COMPUTE_IMAGE_TYPE_QCOW2}, False),    # converts it
-    ({os_traits.COMPUTE_IMAGE_TYPE_RAW}, False),
-])
-def test_host_filter_does_the_same_job_per_host(host_traits, passes):
+def _placement(status=200, providers=(), raises=None):
+    """A report client whose GET answers as placement would."""
     client = mock.Mock()
-    client.get_provider_traits.return_value = mock.Mock(traits=host_traits)
-    host = mock.Mock(uuid='rp-uuid')
+    if raises is not None:
+        client.get.side_effect = raises
+    else:
+        client.get.return_value = mock.Mock(
+            status_code=status, text='boom',
+            json=lambda: {'resource_providers': [
+                {'uuid': uuid} for uuid in providers]})
+    return mock.patch('nova.scheduler.client.report.report_client_singleton',
+                      return_value=client), client
+
+
+def test_host_filter_asks_placement_once_for_all_hosts():
+    hosts = [mock.Mock(uuid='rp-%d' % i) for i in range(5)]
+    patch, client = _placement(providers=['rp-1', 'rp-3', 'elsewhere'])
     spec = _spec('qcow2', **{'imgtype:native': 'required'})
-    with mock.patch('nova.scheduler.client.report.report_client_singleton',
-                    return_value=client):
+    with patch:
+        passed = filters.ImageTypeSupportFilter().filter_all(hosts, spec)
+    assert passed == [hosts[1], hosts[3]]
+    client.get.assert_called_once_with(
+        '/resource_providers?required=COMPUTE_IMAGE_TYPE_QCOW2,'
+        'CUSTOM_IMGTYPE_NATIVE_QCOW2', version='1.18',
+        global_request_id=mock.ANY)
+
+
+@pytest.mark.parametrize('providers,passes', [
+    (['rp-uuid'], True), ([], False)])
+def test_host_filter_host_passes_is_filter_all_of_one(providers, passes):
+    patch, client = _placement(providers=providers)
+    with patch:
         assert filters.ImageTypeSupportFilter().host_passes(
-            host, spec) is passes
-    client.get_provider_traits.assert_called_once_with(mock.ANY, 'rp-uuid')
+            mock.Mock(uuid='rp-uuid'), _spec('qcow2')) is passes
+
+
+def test_host_filter_leaves_requests_without_an_image_format_alone():
+    hosts = [mock.Mock(uuid='rp-0')]
+    patch, client = _placement()
+    with patch:
+        assert filters.ImageTypeSupportFilter().filter_all(
+            hosts, _spec(None)) == hosts
+        assert filters.ImageTypeSupportFilter().filter_all(
+            hosts, _spec('qcow2', bfv=True)) == hosts
+    client.get.assert_not_called()
+
+
+def test_host_filter_refuses_a_format_without_a_trait():
+    patch, client = _placement(providers=['rp-0'])
+    with patch:
+        assert filters.ImageTypeSupportFilter().filter_all(
+            [mock.Mock(uuid='rp-0')], _spec('no-such-format')) == []
+    client.get.assert_not_called()
+
+
+@pytest.mark.parametrize('answer', [
+    {'status': 503}, {'raises': ks_exc.ConnectFailure('placement down')}])
+def test_host_filter_fails_closed_when_placement_fails(answer, caplog):
+    patch, client = _placement(providers=['rp-0'], **answer)
+    with patch, caplog.at_level(logging.ERROR):
+        assert filters.ImageTypeSupportFilter().filter_all(
+            [mock.Mock(uuid='rp-0')], _spec('qcow2')) == []
+    assert ('placement could not list the resource providers with '
+            'COMPUTE_IMAGE_TYPE_QCOW2') in caplog.text
 
 
 def test_extra_spec_validator_is_loaded_by_the_api():
