@@ -35,6 +35,8 @@ OWN_SIGNATURE: dict[str, str] = {
     'LibvirtConfigGuestVolumeDisk.': 'a libvirt config object of our own',
     'ImageTypeSupportFilter.host_passes': 'a scheduler filter implements '
                                           'the filter interface',
+    'ImageTypeSupportFilter.filter_all': 'a scheduler filter implements '
+                                         'the filter interface',
     'Backend.__init__': 'built by our driver, with arguments of its own',
     'ImageCacheManager.__init__': 'built by our driver, with arguments of '
                                   'its own (stock\'s takes none)',
