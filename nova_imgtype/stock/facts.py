@@ -1,5 +1,11 @@
 """What a hook relies on in stock's source, checked against the installed
-Nova."""
+Nova.
+
+Hooks are imported where stock's libvirt driver is not (nova-scheduler
+loads :mod:`.request_filters`, on a host that may not even have
+libvirt-python): :mod:`nova_imgtype.compat`, which reads the driver's
+signatures when imported, is imported only by a check.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +16,16 @@ import hashlib
 import importlib
 import inspect
 import re
+from collections.abc import Callable
+from typing import Any
 
-from nova_imgtype import compat
 from nova_imgtype import exception
+
+
+def _resolve(qualname: str) -> Callable[..., Any]:
+    from nova_imgtype import compat  # noqa: PLC0415 - see the docstring
+
+    return compat.resolve(qualname)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,7 +44,7 @@ class SourceFact:
         the first step the installed source does not have after the steps
         before it, or the first of ``absent`` it has."""
         try:
-            source = inspect.getsource(compat.resolve(self.where))
+            source = inspect.getsource(_resolve(self.where))
         except (AttributeError, ImportError, OSError, TypeError) as e:
             raise exception.StockFactBroken(
                 where=self.where, step='(the source itself)',
@@ -97,7 +110,7 @@ class CopiedSource:
 
     def digest(self) -> str:
         """The sha256 of the installed source of ``where``."""
-        source = inspect.getsource(compat.resolve(self.where))
+        source = inspect.getsource(_resolve(self.where))
         return hashlib.sha256(source.encode()).hexdigest()
 
     def check(self) -> None:

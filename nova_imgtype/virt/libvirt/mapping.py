@@ -5,6 +5,12 @@ The value is a comma separated list of ``<source disk_format>:<backend>``
 entries, for example ``raw:lvm, qcow2:qcow2``. A source format named there is
 used without conversion by that backend; any other format is converted to
 ``[libvirt]images_type`` as stock Nova does.
+
+The option is registered wherever ``nova_imgtype.conf`` is imported: in
+nova-scheduler and nova-api too, on hosts that have neither Nova's libvirt
+driver loaded nor libvirt-python installed. So the registry of backends
+(:mod:`.backends`, which imports both) is imported only when a value is
+validated, which only a compute (or ``nova-imgtype check``) does.
 """
 
 from __future__ import annotations
@@ -17,7 +23,6 @@ from oslo_config import cfg
 from oslo_config import types
 
 from nova_imgtype import exception
-from nova_imgtype.virt.libvirt import backends
 
 #: Every disk_format Glance accepts (glance-api's default ``disk_formats``);
 #: only these can be a source. Nova's own ``fields.DiskFormat`` is the list of
@@ -67,6 +72,8 @@ def _invalid(entry: str, reason: str) -> exception.InvalidImagesTypeMapping:
 
 
 def _parse_entry(entry: str) -> tuple[str, str]:
+    from nova_imgtype.virt.libvirt import backends  # noqa: PLC0415 - see the docstring
+
     if not entry:
         raise _invalid(entry, 'empty entry (a stray comma?)')
     if entry != entry.strip() or any(c.isspace() for c in entry):
@@ -128,6 +135,8 @@ def check_host(mapping: Mapping[str, str], conf: cfg.ConfigOpts) -> None:
     :raises InvalidImagesTypeMapping: naming the entry whose backend this
         host cannot serve, and why.
     """
+    from nova_imgtype.virt.libvirt import backends  # noqa: PLC0415 - see the docstring
+
     for source, backend in mapping.items():
         reason = backends.host_support_error(backend, conf)
         if reason:
