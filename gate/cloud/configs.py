@@ -269,6 +269,8 @@ def nova_compute_conf(base: str, c: L.Compute, driver: str,
         else c.stock_images_type,
         'remote_filesystem_transport': 'ssh',
     }
+    if c.snapshot_image_format:
+        libvirt['snapshot_image_format'] = c.snapshot_image_format
     if kvm:
         libvirt.update({'cpu_mode': 'host-passthrough',
                         'cpu_model_extra_flags': '-arch-capabilities'})

@@ -99,6 +99,20 @@ def test_stock_computes_carry_no_plugin_option():
         assert 'use_storage_pools' not in cp['libvirt']
 
 
+def test_raw_disks_snapshot_to_qcow2_on_both_drivers():
+    """compute2's raw disks upload qcow2 snapshots (their data, not 1 GiB
+    each), on either driver; compute1 and the ceph profile keep stock's
+    default (the disk's own format)."""
+    for driver in (L.PLUGIN_DRIVER, L.STOCK_DRIVER):
+        formats = {
+            c.host: parse(configs.nova_compute_conf(BASE, c, driver, True))[
+                'libvirt'].get('snapshot_image_format') for c in L.COMPUTES}
+        assert formats == {'compute1': None, 'compute2': 'qcow2'}
+    for c in L.CEPH_COMPUTES:
+        cp = parse(configs.nova_compute_conf(BASE, c, L.PLUGIN_DRIVER, True))
+        assert 'snapshot_image_format' not in cp['libvirt']
+
+
 def test_both_drivers_computes_have_room_for_two_host_tests():
     """The same VCPU room on stock's computes and the plugin's: 32 on two
     cores, so that placement offers both hosts to a test that needs two
