@@ -133,7 +133,11 @@ def judge(state: P.State, skip_tempest: bool = False,
     failed_checks = [c for c in check_results if c['status'] != 'pass']
     if skip_tempest:
         return int(bool(failed_checks))
-    plugin = tempest.run(cloud_path, 'plugin')
+    # The tests' durations in the results committed last, for stestr to
+    # split them among tempest's workers by time.
+    before = os.path.join(results.out_dir(state.profile), 'latest.json')
+    plugin = tempest.run(cloud_path, 'plugin', durations=(
+        tempest.previous_durations(before, 'plugin')))
     selection = _stock_selection(plugin, stock_scope)
     compared = None
     if boot_times or selection:
@@ -143,7 +147,8 @@ def judge(state: P.State, skip_tempest: bool = False,
         compared = timing.compare(stock_times, plugin_times)
     elif selection:
         _switch(state, L.STOCK_DRIVER)
-    stock = (tempest.run(cloud_path, 'stock', selection) if selection
+    stock = (tempest.run(cloud_path, 'stock', selection, durations=(
+        tempest.previous_durations(before, 'stock'))) if selection
              else _not_run(state))
     md_path, json_path, cmp = results.write(
         stock, plugin, out_dir=results.out_dir(state.profile),

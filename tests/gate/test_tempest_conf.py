@@ -209,3 +209,65 @@ def test_the_tests_not_passed_make_stock_s_selection(
     assert gate_main._stock_selection(str(plugin), 'where-needed') is None
     assert gate_main._stock_selection(str(plugin), 'all') == \
         gate_tempest.SELECTION
+
+
+def test_durations_seed_stestrs_split_by_time(tmp_path: pathlib.Path) -> None:
+    """Durations from a run before reach the workspace's stestr
+    repository under the listed ids (attributes and all), and stestr's
+    own scheduler then splits the classes by time: the two long ones on
+    different workers, which dealing them out in turn does not."""
+    from stestr import scheduler
+    from stestr.repository import util as repo_util
+
+    workspace = str(tmp_path / 'ws')
+    gate_tempest.init_workspace(workspace)
+    classes = {'A': 100.0, 'B': 1.0, 'C': 90.0, 'D': 1.0}
+    listed = ['tempest.api.x.%s.test_%d[id-%s%d,smoke]' % (c, i, c, i)
+              for c in sorted(classes) for i in range(2)]
+    durations = {'tempest.api.x.%s.test_%d' % (c, i): seconds / 2
+                 for c, seconds in classes.items() for i in range(2)}
+    del durations['tempest.api.x.D.test_1']      # a test new since
+    assert gate_tempest.seed_times(workspace, listed, durations) == 7
+    repo = repo_util.get_repo_open(repo_url=workspace)
+    times = repo.get_test_times(listed)
+    assert times['known']['tempest.api.x.A.test_0[id-A0,smoke]'] == 50.0
+    assert times['unknown'] == {'tempest.api.x.D.test_1[id-D1,smoke]'}
+
+    def by_class(test_id: str) -> str:
+        return test_id.split('[')[0].rsplit('.', 1)[0]
+
+    def long_ones(parts: list[list[str]]) -> list[set[str]]:
+        return [{by_class(t)[-1] for t in p} & {'A', 'C'} for p in parts]
+
+    assert sorted(map(sorted, long_ones(scheduler.partition_tests(
+        listed, 2, repo, by_class)))) == [['A'], ['C']]
+    assert long_ones(scheduler.partition_tests(
+        listed, 2, None, by_class)) == [{'A', 'C'}, set()]
+
+
+def test_no_durations_leave_the_repository_alone(
+        tmp_path: pathlib.Path) -> None:
+    workspace = str(tmp_path / 'ws')
+    gate_tempest.init_workspace(workspace)
+    assert gate_tempest.seed_times(workspace, ['tempest.a.B.test_c'],
+                                   {'tempest.other.B.test_c': 3.0}) == 0
+    assert not (tmp_path / 'ws' / 'durations.subunit').exists()
+
+
+def test_previous_durations_are_the_sides_own_or_the_plugins(
+        tmp_path: pathlib.Path) -> None:
+    path = tmp_path / 'latest.json'
+    path.write_text(json.dumps({'tests': [
+        {'id': 'a', 'plugin': {'status': 'passed', 'duration': 2.0},
+         'stock': {'status': 'passed', 'duration': 3.0}},
+        {'id': 'b', 'plugin': {'status': 'failed', 'duration': 5.0},
+         'stock': {'status': 'not needed', 'duration': 0.0}},
+        {'id': 'c', 'plugin': {'status': 'missing', 'duration': 0.0},
+         'stock': {'status': 'missing', 'duration': 0.0}},
+    ]}))
+    assert gate_tempest.previous_durations(str(path), 'stock') == {
+        'a': 3.0, 'b': 5.0}
+    assert gate_tempest.previous_durations(str(path), 'plugin') == {
+        'a': 2.0, 'b': 5.0}
+    assert gate_tempest.previous_durations(
+        str(tmp_path / 'none.json'), 'plugin') == {}
