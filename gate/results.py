@@ -99,12 +99,14 @@ def _met_bug(result: Mapping[str, Any],
              hits: Mapping[str, str]) -> dict[str, Any]:
     """``result``, with ``upstream_bug`` and ``instance`` when it failed
     on a server the computes logged meeting a stock Nova defect (tempest
-    names the server in its failure)."""
+    names the server in its failure, or the test's requests the cloud
+    answered with a 5xx name it: ``servers``)."""
     if result['status'] != 'failed' or not hits:
         return dict(result)
     reason = str(result.get('reason') or '')
+    servers = set(result.get('servers') or ())
     for instance, bug in sorted(hits.items()):
-        if instance in reason:
+        if instance in reason or instance in servers:
             return {**result, 'upstream_bug': bug, 'instance': instance}
     return dict(result)
 

@@ -179,3 +179,45 @@ def counts(results: Mapping[str, Result]) -> dict[str, int]:
     for result in results.values():
         total[result['status']] = total.get(result['status'], 0) + 1
     return total
+
+
+#: tempest's rest_client log of a request it made:
+#: ``Request (Class:test_x): 500 POST http://.../servers/<uuid>/action``.
+_REQUEST = re.compile(
+    r'Request \((?P<caller>[^)]*)\): (?P<status>\d{3}) [A-Z]+ (?P<url>\S+)')
+_UUID = re.compile(
+    r'[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}')
+
+
+def failed_request_servers(log_lines: Iterable[str]
+                           ) -> dict[str, list[str]]:
+    """``{"Class:test_x": [server uuid, ...]}``: the servers named in the
+    URLs of the requests each test made that the cloud answered with a
+    5xx, from tempest's own log. A failure message that names no server
+    (a 500 from an action) is linked to its server so."""
+    out: dict[str, list[str]] = {}
+    for line in log_lines:
+        m = _REQUEST.search(line)
+        if m is None or not m['status'].startswith('5'):
+            continue
+        servers = out.setdefault(m['caller'], [])
+        for uuid in _UUID.findall(m['url'].split('/servers/', 1)[-1]
+                                  if '/servers/' in m['url'] else ''):
+            if uuid not in servers:
+                servers.append(uuid)
+    return out
+
+
+def add_failed_request_servers(results: dict[str, Result],
+                               log_lines: Iterable[str]) -> None:
+    """Give each failed test of ``results`` the servers of its requests
+    the cloud answered with a 5xx (``servers``), when there are any."""
+    by_caller = failed_request_servers(log_lines)
+    for test_id, result in results.items():
+        if result['status'] != 'failed':
+            continue
+        owner, _, method = base_id(test_id).rpartition('.')
+        servers = by_caller.get('%s:%s' % (owner.rsplit('.', 1)[-1], method))
+        if servers:
+            result['servers'] = list(servers)
+

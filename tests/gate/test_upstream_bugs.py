@@ -6,6 +6,7 @@ import os
 import pathlib
 
 from gate import results
+from gate import tempest_parse
 from gate import upstream_bugs
 
 #: What compute1 logged when stock Nova's build raced with its network
@@ -103,3 +104,68 @@ def test_a_test_failed_by_the_race_is_listed_not_judged(
             '--out-dir', str(tmp_path / 'out')]
     assert results.main(args) == 1
     assert results.main(args + ['--logs', str(logs)]) == 0
+
+
+#: What compute1 logged unshelving a server that compute2's shelve offload
+#: then left without a host (a Ceph-profile gate of 2026-11-28, the
+#: plugin's run).
+OFFLOAD_LOG = os.path.join(os.path.dirname(__file__), 'logs',
+                           'shelve-offload-host-race.log')
+OFFLOADED = '05caa954-8a0b-482d-8a7b-73b54ca8dfc2'
+SUSPEND = ('tempest.api.compute.servers.test_servers_negative.'
+           'ServersNegativeTestJSON.test_suspend_server_invalid_state')
+#: tempest's log of that test's request (its failure names no server).
+TEMPEST_LOG = [
+    '2026-11-28 01:19:59.541 9001 INFO tempest.lib.common.rest_client '
+    '[req-1cde83ea-3ca9-4474-a6ac-52a595520329 ] Request '
+    '(ServersNegativeTestJSON:test_suspend_server_invalid_state): 500 POST '
+    'http://127.0.0.1:8774/v2.1/servers/%s/action 0.086s\n' % OFFLOADED,
+    '2026-11-28 01:19:58.001 9001 INFO tempest.lib.common.rest_client '
+    '[req-0 ] Request (ServersNegativeTestJSON:test_suspend_server_invalid_'
+    'state): 200 GET http://127.0.0.1:8774/v2.1/servers/'
+    '22222222-2222-2222-2222-222222222222 0.010s\n',
+]
+
+
+def _offload_lines() -> list[str]:
+    with open(OFFLOAD_LOG) as f:
+        return f.readlines()
+
+
+def test_the_offload_race_is_its_two_lines_on_the_unshelving_compute(
+        ) -> None:
+    lines = _offload_lines()
+    assert upstream_bugs.instances_hit(lines) == {
+        OFFLOADED: 'shelve-offload-host-race'}
+    # Either line alone is not the race: a claim of an instance with a
+    # host set, or a host found None, happen apart from it.
+    for needle in ('Host field should not be set', 'from host None'):
+        assert upstream_bugs.instances_hit(
+            [ln for ln in lines if needle not in ln]) == {}
+    # The two lines about two instances are not put together.
+    other = '11111111-1111-1111-1111-111111111111'
+    assert upstream_bugs.instances_hit([
+        ln.replace(OFFLOADED, other) if 'from host None' in ln else ln
+        for ln in lines]) == {}
+
+
+def test_a_failure_naming_no_server_is_linked_by_its_5xx_requests() -> None:
+    failed = {'status': 'failed', 'duration': 187.9,
+              'reason': 'tempest.lib.exceptions.ServerFault: Got server '
+                        'fault\nDetails: Unexpected API Error.'}
+    tests = {SUSPEND: dict(failed), 'tempest.x.Y.test_z': dict(PASSED)}
+    tempest_parse.add_failed_request_servers(tests, TEMPEST_LOG)
+    # Only the server of the 500, only on the failed test.
+    assert tests[SUSPEND]['servers'] == [OFFLOADED]
+    assert 'servers' not in tests['tempest.x.Y.test_z']
+    hits = upstream_bugs.instances_hit(_offload_lines())
+    stock = _run('stock', {SUSPEND: PASSED, 'tempest.x': PASSED})
+    plugin = _run('plugin', {SUSPEND: tests[SUSPEND], 'tempest.x': PASSED})
+    # Without the link it is a DEFECT; with it, stock's race, listed.
+    assert results.compare(stock, plugin, min_passed=1)['defects'] == [
+        SUSPEND]
+    cmp = results.compare(stock, plugin, min_passed=1, upstream_hits=hits)
+    assert cmp['summary']['ok'], cmp['summary']['problems']
+    assert cmp['stock_nova_defects'] == [
+        {'id': SUSPEND, 'run': 'plugin', 'instance': OFFLOADED,
+         'bug': 'shelve-offload-host-race'}]
