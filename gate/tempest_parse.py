@@ -220,4 +220,3 @@ def add_failed_request_servers(results: dict[str, Result],
         servers = by_caller.get('%s:%s' % (owner.rsplit('.', 1)[-1], method))
         if servers:
             result['servers'] = list(servers)
-

@@ -63,8 +63,9 @@ class ImageTypeSupportFilter(filters.BaseHostFilter):
     """Host filter doing the request filter's job, for deployments that
     cannot enable request filters.
 
-    One placement request per scheduling request (per instance of a
-    multi-create): the providers having every trait the image needs
+    One placement request per filtering pass (stock's scheduler filters
+    once per instance of a multi-create, and once more for the
+    alternates): the providers having every trait the image needs
     (``GET /resource_providers?required=``); a host passes when its compute
     node is one of them. The request filter does better: placement leaves
     the other hosts out of its allocation candidates.
