@@ -152,6 +152,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args == ['--version']:
         print(cmd.version())
         return 0
+    # Stock's libvirt driver reads [libvirt]images_type when its module is
+    # imported (a default argument of a method): the hooks into stock's
+    # code, which import it, are imported before the config files are
+    # parsed, so that a bad value fails the options check alone.
+    stock.all_facts()
     try:
         cmd.refuse_special_files(cmd.config_files(args, project='nova'))
         with cmd.config_file_errors():   # upgradecheck.main parses them
