@@ -185,8 +185,9 @@ def counts(results: Mapping[str, Result]) -> dict[str, int]:
 #: ``Request (Class:test_x): 500 POST http://.../servers/<uuid>/action``.
 _REQUEST = re.compile(
     r'Request \((?P<caller>[^)]*)\): (?P<status>\d{3}) [A-Z]+ (?P<url>\S+)')
-_UUID = re.compile(
-    r'[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}')
+_SERVER = re.compile(
+    r'/servers/([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-'
+    r'[0-9a-f]{12})')
 
 
 def failed_request_servers(log_lines: Iterable[str]
@@ -201,10 +202,7 @@ def failed_request_servers(log_lines: Iterable[str]
         if m is None or not m['status'].startswith('5'):
             continue
         servers = out.setdefault(m['caller'], [])
-        for uuid in _UUID.findall(m['url'].split('/servers/', 1)[-1]
-                                  if '/servers/' in m['url'] else ''):
-            if uuid not in servers:
-                servers.append(uuid)
+        servers += [u for u in _SERVER.findall(m['url']) if u not in servers]
     return out
 
 
