@@ -26,7 +26,14 @@ PYTHON3 ?= python3
 VENV ?= $(if $(filter $(DEFAULT_NOVA),$(NOVA)),.venv,.venv-$(NOVA))
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
-PIP_INSTALL := $(PIP) install -q --disable-pip-version-check -c $(CONSTRAINTS)
+# Packages are installed with uv (pinned in the constraints, installed in
+# the venv by pip): the same versions pip would pick from the same
+# constraints, in a quarter of pip's time (73 s against 18 s for the
+# requirements, measured 2026-11-28). Our own two distributions are
+# installed by pip, as an operator does (tools/check-install): uv would
+# reuse its cached build of a source tree whose setup.cfg did not change.
+UV := $(VENV)/bin/uv
+PIP_INSTALL := $(UV) pip install -q --python $(PY) -c $(CONSTRAINTS)
 PYTEST_ARGS ?=
 PROFILE ?= default
 GATE_PROFILES ?= default
@@ -45,6 +52,9 @@ TIERS := tests/unit tests/real
 # idle threads, a third of a core, before tests/functional/conftest.py
 # collected them) takes CPU from the gate's cloud.
 GATE_TIER := $(if $(filter $(DEFAULT_NOVA),$(NOVA)),tests/gate)
+# Tests that check nothing of Nova (the wheel, bindep.txt, mypy) run on
+# the default release only.
+RELEASE_TESTS := $(if $(filter $(DEFAULT_NOVA),$(NOVA)),,-m 'not release_independent')
 
 ifeq ($(wildcard $(CONSTRAINTS)),)
 $(error NOVA=$(NOVA): no $(CONSTRAINTS); releases: $(patsubst constraints/%.txt,%,$(wildcard constraints/*.txt)))
@@ -59,11 +69,14 @@ $(PY):
 	$(PYTHON3) -m venv $(VENV)
 	$(PIP) install -q --disable-pip-version-check -U pip setuptools wheel
 
+$(UV): | $(PY)
+	$(PIP) install -q --disable-pip-version-check -c $(CONSTRAINTS) uv
+
 # System packages come first: libvirt-python builds against libvirt-dev.
 # The demo's profile is what a venv and make demo need (no database,
 # message queue or Ceph); the tests' adds the real tier's Ceph and the
 # gate's cloud.
-$(VENV)/.stamp-system-demo: bindep.txt | $(PY)
+$(VENV)/.stamp-system-demo: bindep.txt | $(UV)
 	$(PIP_INSTALL) bindep
 	tools/install-system-packages.sh $(VENV)/bin/bindep demo
 	touch $@
@@ -92,7 +105,7 @@ $(VENV)/.stamp-self: $(VENV)/.stamp-python setup.cfg setup.py pyproject.toml req
 # scenarios.
 TEMPEST_PLUGIN := nova-imgtype-tempest-plugin
 $(VENV)/.stamp-tempest-plugin: $(VENV)/.stamp-python $(TEMPEST_PLUGIN)/setup.cfg $(TEMPEST_PLUGIN)/requirements.txt $(shell find $(TEMPEST_PLUGIN) -name '*.py')
-	$(PIP_INSTALL) ./$(TEMPEST_PLUGIN)
+	$(PIP) install -q --disable-pip-version-check -c $(CONSTRAINTS) ./$(TEMPEST_PLUGIN)
 	rm -rf $(TEMPEST_PLUGIN)/build $(TEMPEST_PLUGIN)/*.egg-info
 	touch $@
 
@@ -112,8 +125,8 @@ gate-venv: $(VENV)/.stamp-gate
 
 test: $(if $(filter $(DEFAULT_NOVA),$(NOVA)),gate-venv,test-venv)
 	status=0; beside=$$(mktemp); \
-	$(PY) -m pytest $(BESIDE_TIER) $(PYTEST_ARGS) > $$beside 2>&1 & pid=$$!; \
-	$(PY) -m pytest $(TIERS) $(PYTEST_ARGS) || status=$$?; \
+	$(PY) -m pytest $(BESIDE_TIER) $(RELEASE_TESTS) $(PYTEST_ARGS) > $$beside 2>&1 & pid=$$!; \
+	$(PY) -m pytest $(TIERS) $(RELEASE_TESTS) $(PYTEST_ARGS) || status=$$?; \
 	wait $$pid || status=$$?; cat $$beside; rm -f $$beside; \
 	$(if $(GATE_TIER),$(PY) -m pytest $(GATE_TIER) $(PYTEST_ARGS) || status=$$?;) \
 	exit $$status
@@ -148,17 +161,24 @@ pep8: venv
 	$(VENV)/bin/ruff check nova_imgtype nova_imgtype_testing nova tests benchmarks gate $(TEMPEST_PLUGIN)
 	$(VENV)/bin/mypy nova_imgtype nova_imgtype_testing gate benchmarks $(TEMPEST_PLUGIN)/nova_imgtype_tempest_plugin
 
-# The manual and the release notes, warnings as errors: tox (pinned, in the
-# venv) builds each in an environment of its own.
-$(VENV)/.stamp-tox: $(CONSTRAINTS) | $(PY)
-	$(PIP_INSTALL) tox
+# The manual and the release notes, warnings as errors, built in the
+# default release's venv (the configuration reference lists the options
+# through their oslo.config entry point: the package is installed there),
+# with doc/requirements.txt added. tox -e docs / -e releasenotes build the
+# same in environments of their own (a whole Nova installed again: two
+# more minutes).
+$(VENV)/.stamp-docs: $(VENV)/.stamp-self doc/requirements.txt $(CONSTRAINTS)
+	@test "$(NOVA)" = "$(DEFAULT_NOVA)" || { \
+	    echo "make docs builds on NOVA=$(DEFAULT_NOVA) only"; exit 2; }
+	$(PIP_INSTALL) -r doc/requirements.txt
 	touch $@
 
-docs: $(VENV)/.stamp-tox
-	$(VENV)/bin/tox -e docs
+docs: $(VENV)/.stamp-docs
+	$(VENV)/bin/sphinx-build -a -E -W --keep-going -b html -d doc/build/doctrees doc/source doc/build/html
 
-releasenotes: $(VENV)/.stamp-tox
-	$(VENV)/bin/tox -e releasenotes
+releasenotes: $(VENV)/.stamp-docs
+	$(VENV)/bin/reno lint
+	$(VENV)/bin/sphinx-build -a -E -W --keep-going -b html -d releasenotes/build/doctrees releasenotes/source releasenotes/build/html
 
 genconfig: venv
 	$(VENV)/bin/oslo-config-generator --config-file etc/oslo-config-generator/nova-imgtype.conf

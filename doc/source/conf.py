@@ -1,4 +1,4 @@
-# nova-imgtype's manual (tox -e docs: sphinx-build -W).
+# nova-imgtype's manual (make docs or tox -e docs: sphinx-build -W).
 
 project = 'nova-imgtype'
 copyright = 'nova-imgtype developers'

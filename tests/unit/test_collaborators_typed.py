@@ -10,6 +10,9 @@ from mypy import api as mypy_api
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
+#: Nothing of Nova is checked here: once a CI run, on the default release.
+pytestmark = pytest.mark.release_independent
+
 #: Collaborator modules, and a line of each to misspell.
 TYPOS = {
     'instance_disks.py': ('self._resolver.decision_for(instance).pool',
