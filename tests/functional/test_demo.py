@@ -25,10 +25,11 @@ def _rows(rows: list[demo.Row], image: str, cloud: str) -> list[demo.Row]:
 def test_demo_boots_the_matrix_and_shows_what_the_plugin_saves(
         monkeypatch) -> None:
     # The demo's matrix, smaller: two boots a node (a median of two
-    # still), images of a quarter of the demo's size (the qcow2 image's
-    # 96 MiB of data is still ten times its compressed cache file). The
-    # demo's own sizes boot 39 times over 1.6 GiB of data: three minutes
-    # of CI, twice (once per Nova release), for the same table.
+    # still), images of a quarter of the demo's size (converted, the qcow2
+    # image's 96 MiB of data is still ten times its native cache file). The
+    # demo's own: 39 boots, three copies of images of up to 512 MiB (384
+    # MiB of data), three minutes of CI twice (once per Nova release) for
+    # the same table.
     monkeypatch.setattr(demo, 'RUNS', 2)
     monkeypatch.setattr(demo, 'IMAGES', {
         fmt: (size // 4, data // 4) for fmt, (size, data)
