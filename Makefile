@@ -29,9 +29,10 @@ PIP := $(PY) -m pip
 # Packages are installed with uv (pinned in the constraints, installed in
 # the venv by pip): the same versions pip would pick from the same
 # constraints, in 60% of pip's time (the requirements: 73 s with pip, 44 s
-# with uv, its cache warm, bytecode compiled; measured 2026-11-28). Our own two distributions are
-# installed by pip, as an operator does (tools/check-install): uv would
-# reuse its cached build of a source tree whose setup.cfg did not change.
+# with uv, its cache warm, bytecode compiled; measured 2026-11-28). Our
+# own two distributions are installed by pip, as an operator does
+# (tools/check-install): uv would reuse its cached build of a source tree
+# whose setup.cfg did not change.
 UV := $(VENV)/bin/uv
 # --compile-bytecode: as pip does (uv does not by default). Where
 # PYTHONDONTWRITEBYTECODE is set (as here and on CI) nothing writes the
