@@ -13,6 +13,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 #: Nothing of Nova is checked here: once a CI run, on the default release.
 pytestmark = pytest.mark.release_independent
+
 SERVICES = re.compile(r'mariadb|mysql|postgres|rabbitmq|ceph|rados|rbd')
 
 
