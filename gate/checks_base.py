@@ -83,7 +83,16 @@ def hosts(cloud: Cloud) -> tuple[str, str]:
 
 # -- servers -----------------------------------------------------------------
 
-def poll(what: str, interval: float = 1,
+#: Seconds between two looks at what a check waits for. The checks wait
+#: hundreds of times (each leg of the move matrix waits for a stop, a
+#: start, the move, its confirmation and a hard reboot of each of its
+#: servers); at one second a wait overshot by half a second on average.
+#: A look is one API call: the checks run while tempest does not, with at
+#: most two servers moving at once.
+POLL = 0.25
+
+
+def poll(what: str, interval: float = POLL,
          detail: Callable[[], object] | None = None) -> Iterator[int]:
     """openstacksdk's ``iterate_timeout`` over the gate's TIMEOUT: the
     loop body polls until it returns or breaks; a timeout is a
