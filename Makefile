@@ -63,10 +63,10 @@ TIERS := tests/unit tests/real --ignore=$(BALANCE)
 GATE_TIER := $(if $(filter $(DEFAULT_NOVA),$(NOVA)),tests/gate)
 # BESIDE_TESTS='<command>': a command run beside the tests, at the lowest
 # CPU priority (nice 19), its output shown after theirs; make test fails
-# if it fails. CI installs the next release's venv so (.ci/run): on the
-# CPU the tests leave idle (the gate's cloud spends much of its time
-# waiting for its guests). Nothing it runs may wait on a clock: it gets
-# only what the tests leave.
+# if it fails. CI installs the next release's venv so (.ci/run), on the
+# CPU the tests leave idle (little: both cores are busy most of a CI run,
+# and the install took 426 s there where it takes about 75 s alone).
+# Nothing it runs may wait on a clock: it gets only what the tests leave.
 BESIDE_TESTS ?=
 # Tests that check nothing of Nova (the wheel, bindep.txt, mypy) run on
 # the default release only.
