@@ -37,7 +37,8 @@ STORAGE = 'imgtype_storage'
 POOL = 'imgtype_pool'
 #: ...and what identifies its storage on every host: its type and place
 #: (``dir:<directory>``, ``logical:<volume group>``, ``rbd:<Ceph
-#: pool>@<monitors>``; ``pool_specs.location_key``). Each host finds its
+#: pool>@<monitors>;fsid=<cluster fsid>``, without the fsid when written
+#: before 2026-11-28; ``pool_specs.location_key``). Each host finds its
 #: own pool of that storage by it, whatever its name there.
 POOL_LOCATION = 'imgtype_pool_location'
 #: The format of each disk whose format is not its backend's (a legacy

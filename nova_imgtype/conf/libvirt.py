@@ -61,8 +61,9 @@ storage pools it needs, started and set to autostart:
 * ``nova-disks-pool``: the pool of ``images_type``'s backend: a directory
   pool at ``<instances_path>/disks`` for ``raw``, ``flat`` and ``qcow2``; a
   logical pool on ``images_volume_group`` for ``lvm``; an rbd pool on
-  ``images_rbd_pool`` (monitors from ``images_rbd_ceph_conf``, cephx user
-  ``rbd_user`` with the libvirt secret ``rbd_secret_uuid``) for ``rbd``.
+  ``images_rbd_pool`` (the monitors the cluster of ``images_rbd_ceph_conf``
+  lists, cephx user ``rbd_user`` with the libvirt secret
+  ``rbd_secret_uuid``) for ``rbd``.
 * ``nova-disks-pool-dir``, ``nova-disks-pool-logical``,
   ``nova-disks-pool-rbd``: the pool of another type that
   ``images_type_mapping`` needs on the same host.

@@ -11,6 +11,7 @@ by checksum (``rbd export``).
 """
 
 import hashlib
+import json
 import os
 import subprocess
 import uuid
@@ -463,6 +464,39 @@ def test_rbd_disks_this_host_does_not_reach_are_never_made_or_deleted_here(
     with pytest.raises(exception.StorageUnavailable, match=location):
         pool_driver._disks.pools_here(decision)
     pool_driver._disks.delete_pool_volumes(inst)  # finds nothing, deletes none
+
+
+def test_the_ceph_cluster_is_recorded_by_the_fsid_it_reports(
+        rbd_driver, raw_image, ceph_cluster):
+    """Issue 30: the rbd pool is defined with the monitors the cluster
+    lists (stock's RBDDriver.get_mon_addrs(), ``ceph mon dump``), and an
+    instance's location names the cluster by the fsid it reports
+    (get_fsid()), not by ceph.conf read by hand. A record of another
+    cluster at the same monitor address is not this host's storage; one
+    written before fsids were (ceph.conf's monitor form) still is."""
+    image_id, _digest = raw_image
+    inst, disk = _boot_disk(rbd_driver, image_id, 'raw')
+    location = inst.system_metadata['imgtype_pool_location']
+    assert location.endswith(';fsid=%s' % ceph_cluster.fsid)
+    dump = json.loads(ceph_cluster.run('mon', 'dump', '--format', 'json',
+                                       binary='ceph'))
+    listed = {m['addr'].rpartition('/')[0] for m in dump['mons']}
+    defined = pool_specs.pool_source(
+        rbd_driver._pools.get(pool_specs.DISKS_POOL))
+    assert set(defined.hosts) == listed
+    assert location == pool_specs.location_key(defined) + (
+        ';fsid=%s' % ceph_cluster.fsid)
+
+    other = location.replace(ceph_cluster.fsid, str(uuid.uuid4()))
+    decision = _recorded_elsewhere(rbd_driver, inst, 'ceph-vms', other)
+    assert decision.pool == other
+    with pytest.raises(exception.PoolNotFound):
+        rbd_driver.image_backend.by_name(inst, 'disk')
+
+    legacy = 'rbd:%s@%s' % (ceph_cluster.pool, ceph_cluster.mon_addr)
+    decision = _recorded_elsewhere(rbd_driver, inst, 'ceph-vms', legacy)
+    assert decision.pool == pool_specs.DISKS_POOL
+    assert rbd_driver.image_backend.by_name(inst, 'disk').path == disk.path
 
 
 def test_the_same_ceph_pool_with_monitors_listed_otherwise_is_kept(

@@ -8,6 +8,7 @@ import pytest
 from oslo_config import fixture as config_fixture
 
 import nova_imgtype.conf  # noqa: F401  (registers our options)
+from nova_imgtype_testing.ceph_fixture import CephClusterFixture
 
 # The embedded test driver prints every error it raises; tests assert them.
 libvirt.registerErrorHandler(lambda ctx, err: None, None)
@@ -20,6 +21,16 @@ def conf(tmp_path) -> Iterator[config_fixture.Config]:
     fix = config_fixture.Config(nova.conf.CONF)
     fix.setUp()
     fix.config(instances_path=str(tmp_path), host='host1')
+    yield fix
+    fix.cleanUp()
+
+
+@pytest.fixture(autouse=True)
+def ceph() -> Iterator[CephClusterFixture]:
+    """A Ceph cluster's answers (fsid, monitors) to stock's RBDDriver:
+    no unit test reaches a cluster."""
+    fix = CephClusterFixture()
+    fix.setUp()
     yield fix
     fix.cleanUp()
 

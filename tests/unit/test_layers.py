@@ -22,7 +22,7 @@ UPPER = {'driver', 'resolver', 'instance_record', 'instance_disks',
 LOWER = ['imagebackend', 'backends', 'storage', 'storage_rbd', 'pools',
          'pool_specs', 'pool_dir', 'flat', 'qcow2', 'sizes', 'sparse',
          'spawn', 'remote_storage', 'live_migration', 'config_drive',
-         'imagecache', 'mapping']
+         'imagecache', 'mapping', 'ceph_cluster']
 
 
 def _imports(module):

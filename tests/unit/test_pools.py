@@ -2,14 +2,17 @@
 data: it checks XML and flow; tests/real checks data)."""
 
 import uuid
+from unittest import mock
 
 import libvirt
 import pytest
 from lxml import etree
 from nova import exception as nova_exception
+from nova.storage import rbd_utils
 
 from nova_imgtype import exception
 from nova_imgtype.stock import volume_disk
+from nova_imgtype.virt.libvirt import ceph_cluster
 from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import pools
 
@@ -206,3 +209,91 @@ def test_location_keys_name_storage_not_pools():
     assert not specs.same_source('dir:/a', 'dir:/a')
     assert specs.is_shared_location(rbd)
     assert not specs.is_shared_location('dir:/a/disks')
+
+
+def test_an_rbd_location_names_its_cluster_by_fsid():
+    """Issue 30: a Ceph cluster is known by its fsid where it is known;
+    keys written before (monitors only) still match by a monitor host in
+    common, whichever messenger port each names it by."""
+    key = pool_specs.location_key(pool_specs.PoolSpec(
+        'nova-disks-pool', 'rbd', source='vms',
+        hosts=('10.0.0.1:6789',), cluster='fsid-a'))
+    assert key == 'rbd:vms@10.0.0.1:6789;fsid=fsid-a'
+    # The same cluster listed by other monitors: the fsid decides.
+    assert pool_specs.same_storage(key, 'rbd:vms@10.0.0.9:6789;fsid=fsid-a')
+    # Another cluster at the same address (a rebuilt cluster, a test one
+    # on the same host): not the same storage.
+    assert not pool_specs.same_storage(
+        key, 'rbd:vms@10.0.0.1:6789;fsid=fsid-b')
+    assert not pool_specs.same_storage(
+        key, 'rbd:other@10.0.0.1:6789;fsid=fsid-a')
+    # A key recorded before fsids were: the monitor host in common, its v2
+    # port or none (ceph.conf's forms) included.
+    assert pool_specs.same_storage(key, 'rbd:vms@10.0.0.1:6789')
+    assert pool_specs.same_storage(key, 'rbd:vms@10.0.0.1:3300')
+    assert pool_specs.same_storage(key, 'rbd:vms@10.0.0.1')
+    assert not pool_specs.same_storage(key, 'rbd:vms@10.0.0.2:6789')
+    assert pool_specs.same_source(key, 'rbd:vms@ceph1:6789')
+    assert pool_specs.is_shared_location(key)
+
+
+def test_a_cluster_is_asked_once_through_stock_rbd_driver(ceph):
+    """The fsid and the monitors come from stock's RBDDriver (get_fsid,
+    get_mon_addrs), once per ceph.conf, user and pool; the rbd disks pool
+    is defined with those monitors and recorded with that fsid."""
+    ceph.monitors = ('10.0.0.1:6789', '10.0.0.2:6789')
+    found = ceph_cluster.identify('/etc/ceph/ceph.conf', 'nova', 'vms')
+    assert found == ceph_cluster.CephCluster(ceph.fsid, ceph.monitors)
+    assert ceph_cluster.identify('/etc/ceph/ceph.conf', 'nova', 'vms') is (
+        found)
+    assert ceph.calls == 1
+    ceph_cluster.identify('/etc/ceph/other.conf', 'nova', 'vms')
+    assert ceph.calls == 2
+
+
+def test_an_rbd_disks_pool_is_defined_from_the_cluster(conf, ceph):
+    ceph.monitors = ('10.0.0.2:6789', '10.0.0.1:6789')
+    conf.config(group='libvirt', images_type='rbd', images_rbd_pool='vms',
+                rbd_user='nova', rbd_secret_uuid='5e5e5e5e-0000-4000-8000-'
+                '000000000001')
+    spec = pool_specs.disks_pool_spec(conf.conf, 'rbd')
+    assert (spec.hosts, spec.cluster) == (ceph.monitors, ceph.fsid)
+    assert pool_specs.location_key(spec) == (
+        'rbd:vms@10.0.0.1:6789,10.0.0.2:6789;fsid=%s' % ceph.fsid)
+    xml = spec.to_xml()
+    assert "<host name=\"10.0.0.2\" port=\"6789\" />" in xml
+    assert 'fsid' not in xml
+    # Its name asks no cluster.
+    ceph.calls = 0
+    ceph_cluster.forget()
+    assert pool_specs.disks_pool_name_for(conf.conf, 'rbd') == (
+        'nova-disks-pool')
+    assert ceph.calls == 0
+
+
+def test_a_cluster_that_does_not_answer_is_named(conf, ceph):
+    """A Ceph cluster that does not answer: StorageUnavailable naming the
+    Ceph pool and the ceph.conf, asked again next time."""
+    with mock.patch.object(rbd_utils.RBDDriver, 'get_fsid',
+                           side_effect=OSError('timed out')):
+        with pytest.raises(exception.StorageUnavailable,
+                           match='vms.*/etc/ceph/x.conf did not answer: '
+                                 'timed out'):
+            ceph_cluster.identify('/etc/ceph/x.conf', 'nova', 'vms')
+    assert ceph_cluster.identify('/etc/ceph/x.conf', 'nova', 'vms').fsid == (
+        ceph.fsid)
+
+
+def test_ceph_conf_is_read_by_librados(tmp_path):
+    """Whether ceph.conf names monitors is librados' reading of it (any of
+    Ceph's spellings of the option), not a parser of ours."""
+    conf = tmp_path / 'ceph.conf'
+    assert not ceph_cluster.names_monitors(str(conf), 'nova')
+    conf.write_text('[global]\nfsid = 1\n')
+    assert not ceph_cluster.names_monitors(str(conf), 'nova')
+    for spelling in ('mon_host', 'mon host'):
+        conf.write_text('[global]\n%s = [v2:10.0.0.1:3300]\n' % spelling)
+        assert ceph_cluster.names_monitors(str(conf), 'nova'), spelling
+    conf.write_text('[client.nova]\nmon host = 10.0.0.1\n')
+    assert ceph_cluster.names_monitors(str(conf), 'nova')
+    assert not ceph_cluster.names_monitors(str(conf), 'glance')

@@ -2,10 +2,12 @@
 
 import os
 import uuid
+from unittest import mock
 
 import nova.conf
 import pytest
 from nova import objects
+from nova.storage import rbd_utils
 
 import nova_imgtype.conf  # noqa: F401
 from nova_imgtype import exception
@@ -280,6 +282,60 @@ def test_an_rbd_pool_instance_is_stock_rbd_on_a_host_without_pools(
     else:
         assert got.storage == resolver_mod.POOLS
         assert got.pool_location == 'rbd:%s@192.0.2.7:3300' % ceph_pool
+
+
+@pytest.mark.parametrize('recorded_fsid,monitor,pool,located', [
+    # This host's cluster by fsid, its monitors listed otherwise by the
+    # host that recorded it, its pool named otherwise there.
+    ('ours', '198.51.100.9:6789', 'nova-disks-pool', False),
+    # Another cluster at this cluster's monitor address (a cluster rebuilt
+    # there): never this host's pool, whatever the monitors say.
+    ('other', '192.0.2.7:6789', None, False),
+    # A record from before fsids: the pools' monitors decide.
+    ('', '192.0.2.7:3300', 'nova-disks-pool', True),
+])
+def test_an_rbd_location_is_matched_by_its_clusters_fsid(
+        conf, ceph, recorded_fsid, monitor, pool, located):
+    """Issue 30: the Ceph cluster of an rbd pool instance is known by its
+    fsid, which the host asks its cluster (stock's RBDDriver.get_fsid()),
+    not by monitors each host lists its own way."""
+    conf.config(group='libvirt', images_type='rbd', images_rbd_pool='vms',
+                use_storage_pools=True)
+    fsid = {'ours': ceph.fsid, 'other': str(uuid.uuid4()),
+            '': ''}[recorded_fsid]
+    location = 'rbd:vms@%s%s' % (monitor, ';fsid=' + fsid if fsid else '')
+    asked = []
+
+    def locate(key, name):
+        asked.append(key)
+        return 'nova-disks-pool'     # a pool of monitor 192.0.2.7
+
+    resolver = resolver_mod.BackendResolver(conf.conf, locate=locate)
+    got = resolver.recorded(_instance(
+        imgtype_backend='rbd', imgtype_native_formats='raw',
+        imgtype_storage='pools', imgtype_pool='ceph-vms',
+        imgtype_pool_location=location))
+    assert got.pool == (pool or location)
+    assert got.pool_location == location
+    assert asked == ([location] if located else [])
+
+
+def test_an_rbd_location_is_looked_up_when_the_cluster_does_not_answer(
+        conf, ceph):
+    """The cluster not answering now is no reason to take or refuse a
+    pool: the pools are looked up by their definitions, as before."""
+    conf.config(group='libvirt', images_type='rbd', images_rbd_pool='vms',
+                use_storage_pools=True)
+    location = 'rbd:vms@192.0.2.7:6789;fsid=%s' % ceph.fsid
+    resolver = resolver_mod.BackendResolver(
+        conf.conf, locate=lambda key, name: 'nova-disks-pool')
+    with mock.patch.object(rbd_utils.RBDDriver, 'get_fsid',
+                           side_effect=OSError('timed out')):
+        got = resolver.recorded(_instance(
+            imgtype_backend='rbd', imgtype_native_formats='raw',
+            imgtype_storage='pools', imgtype_pool='ceph-vms',
+            imgtype_pool_location=location))
+    assert got.pool == 'nova-disks-pool'
 
 
 def test_a_backend_this_host_has_no_pool_of_is_made_in_files(conf,

@@ -37,7 +37,7 @@ from oslo_config import cfg
 from stevedore import extension
 
 from nova_imgtype import exception
-from nova_imgtype.virt.libvirt import pool_specs
+from nova_imgtype.virt.libvirt import ceph_cluster
 
 NAMESPACE = 'nova_imgtype.image_backends'
 
@@ -74,7 +74,8 @@ def _rbd_error(conf: cfg.ConfigOpts) -> str | None:
     if not conf.libvirt.images_rbd_pool:
         return '[libvirt]images_rbd_pool is not set'
     ceph_conf = conf.libvirt.images_rbd_ceph_conf or DEFAULT_CEPH_CONF
-    if not pool_specs.ceph_monitors(ceph_conf):
+    if not ceph_cluster.names_monitors(ceph_conf,
+                                       conf.libvirt.rbd_user or ''):
         return ('no Ceph monitor in %s ([libvirt]images_rbd_ceph_conf)'
                 % ceph_conf)
     return None

@@ -1,20 +1,22 @@
 """What a host's storage pools are: names, types, targets and definitions,
 and what is read from a pool's or a volume's XML. No libvirt call is made
-here; :mod:`~nova_imgtype.virt.libvirt.pools` makes them.
+here; :mod:`~nova_imgtype.virt.libvirt.pools` makes them. The Ceph cluster
+of an rbd disks pool is asked of the cluster
+(:mod:`~nova_imgtype.virt.libvirt.ceph_cluster`).
 """
 
 from __future__ import annotations
 
-import configparser
 import dataclasses
 import os
-import re
 import time
 from collections.abc import Iterable
 from typing import Any
 from xml.etree import ElementTree
 
 import libvirt
+
+from nova_imgtype.virt.libvirt import ceph_cluster
 
 BASE_POOL = 'nova-base-images-pool'
 DISKS_POOL = 'nova-disks-pool'
@@ -38,7 +40,10 @@ class PoolSpec:
     ``target`` is the directory of a dir pool (and ``/dev/<vg>`` of a
     logical one); ``source`` the volume group of a logical pool or the Ceph
     pool of an rbd one, with ``hosts`` (``host:port`` monitors) and the
-    cephx ``auth_user``/``auth_secret_uuid`` of an rbd pool.
+    cephx ``auth_user``/``auth_secret_uuid`` of an rbd pool, and
+    ``cluster``, the fsid of its Ceph cluster where it is known (a pool
+    defined from this host's configuration; libvirt's definition of a
+    pool does not say it).
     """
 
     name: str
@@ -48,6 +53,7 @@ class PoolSpec:
     hosts: tuple[str, ...] = ()
     auth_user: str = ''
     auth_secret_uuid: str = ''
+    cluster: str = ''
 
     def to_xml(self) -> str:
         pool = ElementTree.Element('pool', type=self.type)
@@ -96,6 +102,13 @@ def default_specs(instances_path: str,
                                                      'disks')))
 
 
+def disks_pool_name_for(conf: Any, backend: str) -> str:
+    """The name of this host's disks pool implementing ``backend``
+    (:func:`disks_pool_name`), asking no storage."""
+    return disks_pool_name(POOL_TYPES[backend], POOL_TYPES.get(
+        conf.libvirt.images_type, 'dir'))
+
+
 def disks_pool_name(pool_type: str, default_type: str) -> str:
     """The name of the disks pool of ``pool_type`` on a host.
 
@@ -108,34 +121,6 @@ def disks_pool_name(pool_type: str, default_type: str) -> str:
             else '%s-%s' % (DISKS_POOL, pool_type))
 
 
-def ceph_monitors(ceph_conf: str) -> tuple[str, ...]:
-    """``host:port`` of the monitors in a ceph.conf (``mon_host``).
-
-    Accepts the forms Ceph does: ``a,b c``, ``host:port`` and messenger
-    address vectors ``[v2:h:3300,v1:h:6789]`` (the v1 address is taken,
-    which librados reaches through libvirt's ``host:port``).
-    """
-    parser = configparser.ConfigParser(strict=False, interpolation=None)
-    try:
-        with open(ceph_conf) as f:
-            parser.read_file(f)
-    except OSError:
-        return ()
-    value = ''
-    for section in ('global', 'client'):
-        for key in ('mon_host', 'mon host'):
-            if parser.has_option(section, key):
-                value = parser.get(section, key)
-    hosts = []
-    for vector in re.findall(r'\[([^\]]*)\]|([^\s,;\[\]]+)', value):
-        addrs = (vector[0].split(',') if vector[0] else [vector[1]])
-        v1 = [a[3:] for a in addrs if a.startswith('v1:')]
-        plain = [a for a in addrs if not a.startswith(('v1:', 'v2:'))]
-        pick = (v1 or plain or [a[3:] for a in addrs])[0]
-        hosts.append(pick.split('/')[0])
-    return tuple(hosts)
-
-
 def disks_pool_spec(conf: Any, backend: str) -> PoolSpec:
     """The disks pool implementing ``backend`` on this host's config."""
     pool_type = POOL_TYPES[backend]
@@ -146,9 +131,14 @@ def disks_pool_spec(conf: Any, backend: str) -> PoolSpec:
         vg = conf.libvirt.images_volume_group
         return PoolSpec(name, 'logical', '/dev/%s' % vg, source=vg)
     if pool_type == 'rbd':
+        # The cluster says who it is and where its monitors are, as
+        # stock's rbd disks ask it (asked once per process).
+        cluster = ceph_cluster.identify(conf.libvirt.images_rbd_ceph_conf,
+                                        conf.libvirt.rbd_user or '',
+                                        conf.libvirt.images_rbd_pool)
         return PoolSpec(
             name, 'rbd', source=conf.libvirt.images_rbd_pool,
-            hosts=ceph_monitors(conf.libvirt.images_rbd_ceph_conf),
+            hosts=cluster.monitors, cluster=cluster.fsid,
             auth_user=(conf.libvirt.rbd_user
                        if conf.libvirt.rbd_secret_uuid else ''),
             auth_secret_uuid=conf.libvirt.rbd_secret_uuid or '')
@@ -189,35 +179,64 @@ def vanished(e: libvirt.libvirtError) -> bool:
     return e.get_error_code() == libvirt.VIR_ERR_NO_STORAGE_POOL
 
 
+#: What follows the monitors in the location key of an rbd pool whose
+#: cluster's fsid is known.
+_FSID = ';fsid='
+
+
 def location_key(spec: PoolSpec) -> str:
     """What identifies a pool's storage on every host, whatever the pool's
     name: ``dir:<directory>``, ``logical:<volume group>``, ``rbd:<Ceph
-    pool>@<monitors>`` (sorted, comma separated)."""
+    pool>@<monitors>`` (sorted, comma separated) followed by
+    ``;fsid=<fsid>`` where the Ceph cluster's fsid is known (records
+    written before 2026-11-28 have none)."""
     if spec.type == 'rbd':
-        return 'rbd:%s@%s' % (spec.source, ','.join(sorted(spec.hosts)))
+        return 'rbd:%s@%s%s' % (spec.source, ','.join(sorted(spec.hosts)),
+                                _FSID + spec.cluster if spec.cluster
+                                else '')
     if spec.type == 'logical':
         return 'logical:%s' % spec.source
     return '%s:%s' % (spec.type, os.path.normpath(spec.target)
                       if spec.target else '')
 
 
+def _rbd_place(place: str) -> tuple[str, set[str], str]:
+    """The Ceph pool, the monitors' hosts (without ports: a host may name
+    a monitor by either of its messenger ports) and the fsid ('' when not
+    recorded) of an rbd location key's place."""
+    pool, _sep, rest = place.partition('@')
+    mons, _sep, fsid = rest.partition(_FSID)
+    hosts = {h.rpartition(':')[0] if h.rpartition(':')[2].isdigit()
+             else h for h in mons.split(',') if h}
+    return pool, hosts, fsid
+
+
+def location_fsid(key: str) -> str:
+    """The Ceph cluster's fsid in an rbd location key, '' when it has
+    none (another type, a key written before fsids were)."""
+    if not key.startswith('rbd:'):
+        return ''
+    return _rbd_place(key[4:])[2]
+
+
 def same_storage(key: str, other: str) -> bool:
     """Whether two :func:`location_key` values name the same storage: the
-    same type and place; for rbd, the same Ceph pool of a cluster with a
-    monitor in common (two hosts may list its monitors differently), or
-    with no monitor known on either side (the host's default cluster)."""
+    same type and place; for rbd, the same Ceph pool of the same cluster:
+    the same fsid where both keys have one, else a monitor host in common
+    (two hosts may list its monitors differently), or no monitor known on
+    either side (the host's default cluster)."""
     kind, _sep, place = key.partition(':')
     other_kind, _sep, other_place = other.partition(':')
     if kind != other_kind:
         return False
     if kind != 'rbd':
         return place == other_place
-    pool, _sep, mons = place.partition('@')
-    other_pool, _sep, other_mons = other_place.partition('@')
+    pool, hosts, fsid = _rbd_place(place)
+    other_pool, other_hosts, other_fsid = _rbd_place(other_place)
     if pool != other_pool:
         return False
-    hosts = {h for h in mons.split(',') if h}
-    other_hosts = {h for h in other_mons.split(',') if h}
+    if fsid and other_fsid:
+        return fsid == other_fsid
     return bool(hosts & other_hosts) or not (hosts or other_hosts)
 
 

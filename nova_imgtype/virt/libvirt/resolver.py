@@ -20,6 +20,7 @@ from collections.abc import Iterator
 
 from nova import objects
 from oslo_config import cfg
+from oslo_log import log as logging
 from oslo_serialization import jsonutils
 
 from nova_imgtype import exception
@@ -46,6 +47,8 @@ FILE_BACKENDS = frozenset(b for b, t in pool_specs.POOL_TYPES.items()
 #: The LibvirtStorage backend's own name: mapped, it means "this format,
 #: natively, on storage pools" whatever use_storage_pools says.
 STORAGE_BACKEND = 'libvirt_storage'
+
+LOG = logging.getLogger(__name__)
 
 
 #: Glance formats whose bytes are a raw disk: stock never converts them.
@@ -143,7 +146,7 @@ class BackendResolver:
 
     def pool_for(self, backend: str) -> str:
         """The name of this host's disks pool implementing ``backend``."""
-        return pool_specs.disks_pool_spec(self._conf, backend).name
+        return pool_specs.disks_pool_name_for(self._conf, backend)
 
     def with_storage(self, decision: BackendDecision,
                      storage: str) -> BackendDecision:
@@ -247,7 +250,9 @@ class BackendResolver:
         if (decision is None or not decision.pool_location or
                 self._locate is None):
             return decision
-        here = self._locate(decision.pool_location, decision.pool)
+        here = self._rbd_pool_by_fsid(decision)
+        if here is None:
+            here = self._locate(decision.pool_location, decision.pool)
         if here is None or here == decision.pool_location:
             # No pool of that storage here.
             if self._stock_rbd_holds(decision):
@@ -256,6 +261,41 @@ class BackendResolver:
                 here = decision.pool
         return (decision if here == decision.pool else
                 dataclasses.replace(decision, pool=here))
+
+    def _rbd_pool_by_fsid(self, decision: BackendDecision) -> str | None:
+        """This host's rbd disks pool when the recorded location is of
+        its Ceph cluster by fsid; the location itself (which names no
+        pool) when it is of another cluster; None when the fsid cannot
+        tell (a record without one, a host without an rbd pool, a cluster
+        that does not answer now): the pools are then looked up by their
+        definitions, whose monitors libvirt keeps and whose fsid it does
+        not."""
+        if ('rbd' not in self.pool_backends() or
+                not pool_specs.location_fsid(decision.pool_location)):
+            return None
+        try:
+            here = self._rbd_location_here()
+        except exception.StorageUnavailable as e:
+            LOG.debug('Ceph cluster not identified, the rbd pool is looked '
+                      'up by its monitors: %s', e)
+            return None
+        if pool_specs.same_storage(here, decision.pool_location):
+            return self.pool_for('rbd')
+        if pool_specs.location_fsid(here):
+            return decision.pool_location
+        return None
+
+    def _rbd_location_here(self) -> str:
+        """The location key of this host's rbd disks pool (its Ceph pool,
+        the monitors and the fsid its cluster reports), found once per
+        ``images_rbd_pool`` and ceph.conf."""
+        key = (self._conf.libvirt.images_rbd_pool,
+               self._conf.libvirt.images_rbd_ceph_conf)
+        here = self._rbd_locations.get(key)
+        if here is None:
+            here = self._rbd_locations[key] = pool_specs.location_key(
+                pool_specs.disks_pool_spec(self._conf, 'rbd'))
+        return here
 
     def _stock_rbd_holds(self, decision: BackendDecision) -> bool:
         """Whether the disks of an instance recorded on an rbd pool,
@@ -274,13 +314,8 @@ class BackendResolver:
             return False
         if 'rbd' not in (self.default_backend(), *self.mapping.values()):
             return False
-        key = (self._conf.libvirt.images_rbd_pool,
-               self._conf.libvirt.images_rbd_ceph_conf)
-        here = self._rbd_locations.get(key)
-        if here is None:
-            here = self._rbd_locations[key] = pool_specs.location_key(
-                pool_specs.disks_pool_spec(self._conf, 'rbd'))
-        return pool_specs.same_storage(here, decision.pool_location)
+        return pool_specs.same_storage(self._rbd_location_here(),
+                                       decision.pool_location)
 
     @staticmethod
     def record(instance: objects.Instance,
