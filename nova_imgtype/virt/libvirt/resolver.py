@@ -303,10 +303,11 @@ class BackendResolver:
         host makes no rbd pool volumes (a host that does has its rbd pool,
         and a missing one is an error that says so), serves rbd
         (``images_type`` or the mapping) and its
-        ``images_rbd_pool`` is that Ceph pool (a monitor of
-        ``images_rbd_ceph_conf`` in common). They are the same RBD images
-        by the same names (``{uuid}_{disk}``), so stock's Rbd backend
-        serves them here as it serves its own.
+        ``images_rbd_pool`` is that Ceph pool of the same cluster (the
+        fsid the cluster of ``images_rbd_ceph_conf`` reports; a monitor
+        host in common for a record without one). They are the same RBD
+        images by the same names (``{uuid}_{disk}``), so stock's Rbd
+        backend serves them here as it serves its own.
         """
         if (decision.storage != POOLS or decision.backend != 'rbd' or
                 not pool_specs.is_shared_location(decision.pool_location) or
