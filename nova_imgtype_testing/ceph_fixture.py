@@ -42,8 +42,7 @@ class CephClusterFixture(fixtures.Fixture):
         self.addCleanup(ceph_cluster.forget)
         for name, answer in (('get_fsid', self._fsid),
                              ('get_mon_addrs', self._mons)):
-            patcher = mock.patch.object(
-                rbd_utils.RBDDriver, name,
-                side_effect=lambda *a, _answer=answer, **k: _answer(**k))
+            patcher = mock.patch.object(rbd_utils.RBDDriver, name,
+                                        side_effect=answer)
             patcher.start()
             self.addCleanup(patcher.stop)

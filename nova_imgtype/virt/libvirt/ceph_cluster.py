@@ -98,11 +98,3 @@ def forget() -> None:
     """Forget every cluster found (tests; a host asks again)."""
     with _LOCK:
         _FOUND.clear()
-
-
-def remember(ceph_conf: str, user: str, pool: str,
-             cluster: CephCluster) -> None:
-    """Take ``cluster`` as what ``ceph_conf``/``user``/``pool`` reach,
-    without asking (tests, through a fixture)."""
-    with _LOCK:
-        _FOUND[(ceph_conf, user, pool)] = cluster

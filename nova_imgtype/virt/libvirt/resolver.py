@@ -85,8 +85,6 @@ class BackendResolver:
             (the CLIs), recorded pool names are taken as they are."""
         self._conf = conf
         self._locate = locate
-        #: The storage of stock's rbd disks here, by (pool, ceph.conf).
-        self._rbd_locations: dict[tuple[str, str], str] = {}
 
     @property
     def mapping(self) -> mapping_mod.ImagesTypeMapping:
@@ -270,8 +268,8 @@ class BackendResolver:
         that does not answer now): the pools are then looked up by their
         definitions, whose monitors libvirt keeps and whose fsid it does
         not."""
-        if ('rbd' not in self.pool_backends() or
-                not pool_specs.location_fsid(decision.pool_location)):
+        if (not pool_specs.location_fsid(decision.pool_location) or
+                'rbd' not in self.pool_backends()):
             return None
         try:
             here = self._rbd_location_here()
@@ -281,21 +279,14 @@ class BackendResolver:
             return None
         if pool_specs.same_storage(here, decision.pool_location):
             return self.pool_for('rbd')
-        if pool_specs.location_fsid(here):
-            return decision.pool_location
-        return None
+        return decision.pool_location
 
     def _rbd_location_here(self) -> str:
         """The location key of this host's rbd disks pool (its Ceph pool,
-        the monitors and the fsid its cluster reports), found once per
-        ``images_rbd_pool`` and ceph.conf."""
-        key = (self._conf.libvirt.images_rbd_pool,
-               self._conf.libvirt.images_rbd_ceph_conf)
-        here = self._rbd_locations.get(key)
-        if here is None:
-            here = self._rbd_locations[key] = pool_specs.location_key(
-                pool_specs.disks_pool_spec(self._conf, 'rbd'))
-        return here
+        the monitors and the fsid its cluster reports: asked of the
+        cluster once per process, :mod:`.ceph_cluster`)."""
+        return pool_specs.location_key(
+            pool_specs.disks_pool_spec(self._conf, 'rbd'))
 
     def _stock_rbd_holds(self, decision: BackendDecision) -> bool:
         """Whether the disks of an instance recorded on an rbd pool,
