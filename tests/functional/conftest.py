@@ -18,6 +18,10 @@ classes run under pytest:
   cycles, unreachable but not collected: their idle futurist workers
   (each polling every second) piled up to about 60 threads, a third of a
   core, by the end of the tier. A collection after each module stops them.
+* oslo.messaging's fake driver, which carries the services' RPC, polls
+  its queues every 50 ms per RPC server: under native threads each
+  wake-up takes the GIL from the test. Its listeners wait for a delivery
+  instead (:mod:`nova_imgtype_testing.fake_messaging`).
 """
 
 from __future__ import annotations
@@ -27,6 +31,17 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
+from nova_imgtype_testing import fake_messaging
+
+
+@pytest.fixture(autouse=True, scope='session')
+def _fake_rpc_listeners_woken_by_messages() -> Iterator[None]:
+    """The fake RPC driver's listeners wait for a delivery, not 50 ms."""
+    woken = fake_messaging.WokenFakeListenerFixture()
+    woken.setUp()
+    yield
+    woken.cleanUp()
 
 
 @pytest.fixture(autouse=True, scope='module')
