@@ -13,9 +13,11 @@ same run:
 * ``request filter``: nova-imgtype's ``image_type_support`` request filter
   (``[scheduler]filter_hosts_by_image_type_support = True``), placement
   returns only hosts with ``COMPUTE_IMAGE_TYPE_QCOW2``;
-* ``host filter``: ``ImageTypeSupportFilter`` appended to
-  ``[filter_scheduler]enabled_filters`` (toggle off), one placement request
-  per filtering pass (the providers with the image's trait).
+* ``host filter``: ``ImageTypeSupportFilter`` first in
+  ``[filter_scheduler]enabled_filters``, before Nova's defaults, as the
+  operator's guide says to name it (toggle off): one placement request per
+  filtering pass (the providers with the image's trait), and the filters
+  after it see only the hosts it keeps.
 
 Every second compute node carries the image's trait. The request boots one
 qcow2 image with a 1 vCPU / 512 MiB / 1 GiB flavor, as the conductor asks
@@ -372,7 +374,7 @@ def _manager(config: str) -> scheduler_manager.SchedulerManager:
     if config != STOCK:
         available.append(OUR_FILTERS)
     if config == HOST:
-        enabled.append('ImageTypeSupportFilter')
+        enabled.insert(0, 'ImageTypeSupportFilter')
     CONF.set_override('available_filters', available, 'filter_scheduler')
     CONF.set_override('enabled_filters', enabled, 'filter_scheduler')
     futures = []
