@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from collections.abc import Mapping
 from typing import Any
 
 import os_traits
@@ -18,6 +19,12 @@ from nova.scheduler.client import report
 
 NATIVE_PREFIX = 'IMGTYPE_NATIVE_'
 BACKEND_PREFIX = 'IMGTYPE_BACKEND_'
+
+#: The compute node stat (``ComputeNode.stats``, which the scheduler gives
+#: each host filter as ``HostState.stats``) in which a compute running
+#: nova-imgtype lists the image-type traits it reports to placement, comma
+#: separated.
+STATS_KEY = 'imgtype_image_type_traits'
 
 
 def image_type_trait(disk_format: str) -> str | None:
@@ -40,6 +47,30 @@ def backend_trait(backend: str) -> str:
 def ours(trait: str, prefix: str) -> bool:
     """Whether ``trait`` is one of our custom traits of ``prefix``."""
     return trait.startswith(os_traits.CUSTOM_NAMESPACE + prefix)
+
+
+def is_image_type(trait: str) -> bool:
+    """Whether ``trait`` says which images a node boots:
+    ``COMPUTE_IMAGE_TYPE_*`` or ours of :data:`NATIVE_PREFIX`."""
+    return (trait.startswith('COMPUTE_IMAGE_TYPE_') or
+            ours(trait, NATIVE_PREFIX))
+
+
+def to_stats(node_traits: Iterable[str]) -> dict[str, str]:
+    """The compute node stats listing the image-type traits among
+    ``node_traits``."""
+    return {STATS_KEY: ','.join(sorted(
+        t for t in node_traits if is_image_type(t)))}
+
+
+def from_stats(stats: Mapping[str, Any] | None) -> frozenset[str] | None:
+    """The image-type traits a compute node's stats list; None when they
+    list none at all (a compute without nova-imgtype, or from before it
+    reported them)."""
+    value = (stats or {}).get(STATS_KEY)
+    if value is None:
+        return None
+    return frozenset(t for t in str(value).split(',') if t)
 
 
 def reported(context: Any, provider_uuids: Iterable[str]) -> set[str]:

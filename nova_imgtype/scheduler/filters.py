@@ -29,6 +29,7 @@ from nova.scheduler.client import report
 from oslo_log import log as logging
 from stevedore import extension
 
+from nova_imgtype import traits
 from nova_imgtype.scheduler import request_filters
 from nova_imgtype.stock import request_filters as stock_request_filters
 
@@ -63,15 +64,19 @@ class ImageTypeSupportFilter(filters.BaseHostFilter):
     """Host filter doing the request filter's job, for deployments that
     cannot enable request filters.
 
-    One placement request per filtering pass (stock's scheduler filters
-    once per instance of a multi-create, and once more for the
-    alternates): the providers having every trait the image needs
-    (``GET /resource_providers?required=``); a host passes when its compute
-    node is one of them. The request filter does better: placement leaves
-    the other hosts out of its allocation candidates.
+    A host passes when it has every trait the image needs. A compute
+    running nova-imgtype lists its image-type traits in its compute node's
+    stats (:data:`nova_imgtype.traits.STATS_KEY`), which the scheduler
+    gives each filter as ``HostState.stats``: the filter reads them there.
+    For the hosts whose stats list none (a compute without nova-imgtype, or
+    one from before it reported them), it asks placement, once per
+    filtering pass, for the providers having those traits
+    (``GET /resource_providers?required=``). The request filter does
+    better still: placement leaves the other hosts out of its allocation
+    candidates.
 
-    A placement error fails closed: no host passes, and the error is
-    logged.
+    A placement error fails closed for the hosts it was asked about: they
+    do not pass, and the error is logged.
     """
 
     run_filter_once_per_request = False
@@ -90,8 +95,14 @@ class ImageTypeSupportFilter(filters.BaseHostFilter):
             return []
         if not wanted or not hosts:
             return hosts
-        having = self._providers_with(wanted)
-        return [host for host in hosts if host.uuid in having]
+        reported = [(host, traits.from_stats(host.stats))
+                    for host in hosts]
+        having = (self._providers_with(wanted)
+                  if any(known is None for _host, known in reported)
+                  else set())
+        return [host for host, known in reported
+                if (wanted <= known if known is not None
+                    else host.uuid in having)]
 
     def host_passes(self, host_state: Any, spec_obj: Any) -> bool:
         return bool(self.filter_all([host_state], spec_obj))

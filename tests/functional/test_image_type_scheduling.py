@@ -34,6 +34,7 @@ from nova.scheduler import request_filter
 from nova.scheduler.client import report
 from nova.tests.functional.api import client as api_client
 
+from nova_imgtype import traits as imgtype_traits
 from nova_imgtype.cmd import status
 from nova_imgtype.scheduler import request_filters
 from nova_imgtype_testing import functional as base
@@ -75,6 +76,10 @@ class ImageTypeSchedulingTest(base.ImgtypeServersTestBase):
         return set(self._get_provider_traits(
             self._get_provider_uuid_by_host(host)))
 
+    def _node(self, host: str) -> objects.ComputeNode:
+        return objects.ComputeNode.get_by_host_and_nodename(
+            nova_context.get_admin_context(), host, host)
+
     def _boot_many(self, image_id: str, count: int,
                    flavor_id: str = '1') -> set[str]:
         """Boot ``count`` servers in one request; the hosts they got."""
@@ -114,6 +119,13 @@ class ImageTypeSchedulingTest(base.ImgtypeServersTestBase):
             self.assertNotIn('CUSTOM_IMGTYPE_NATIVE_' + excluded, narrow)
         for traits in (native, convert, narrow):
             self.assertNotIn(os_traits.COMPUTE_IMAGE_TYPE_PLOOP, traits)
+        # What each compute node's stats tell ImageTypeSupportFilter is
+        # what placement holds.
+        for host, traits in (('native', native), ('convert', convert),
+                             ('narrow', narrow)):
+            self.assertEqual(
+                {t for t in traits if imgtype_traits.is_image_type(t)},
+                imgtype_traits.from_stats(self._node(host).stats), host)
 
     def test_images_land_only_where_they_can_be_used(self) -> None:
         self._start('native', 'convert', 'narrow')
@@ -158,10 +170,12 @@ class ImageTypeSchedulingTest(base.ImgtypeServersTestBase):
 
     def test_host_filter_does_the_request_filters_job(self) -> None:
         """The request filter off, ``ImageTypeSupportFilter`` enabled
-        instead: the same hosts, and one placement request per filtering
-        pass, whatever the number of hosts (stock's scheduler filters once
-        per instance of a multi-create, and once more for the
-        alternates)."""
+        instead: the same hosts, from each compute node's stats without a
+        placement request; for computes whose stats list no image-type
+        traits (without nova-imgtype, or from before it listed them), one
+        placement request per filtering pass, whatever the number of hosts
+        (stock's scheduler filters once per instance of a multi-create, and
+        once more for the alternates)."""
         self.flags(filter_hosts_by_image_type_support=False,
                    group='scheduler')
         self.flags(enabled_filters=(
@@ -179,19 +193,29 @@ class ImageTypeSchedulingTest(base.ImgtypeServersTestBase):
 
         self.useFixture(fixtures.MonkeyPatch(
             'nova.scheduler.client.report.SchedulerReportClient.get', get))
-        for fmt, count, flavor, allowed, traits in (
-                ('vmdk', 3, '1', {'convert'},
-                 os_traits.COMPUTE_IMAGE_TYPE_VMDK),
-                ('qcow2', 3, self._native_flavor(), {'native'},
-                 ','.join(sorted((os_traits.COMPUTE_IMAGE_TYPE_QCOW2,
-                                  'CUSTOM_IMGTYPE_NATIVE_QCOW2'))))):
-            asked.clear()
-            image = self.create_image(fmt)
-            self.assertEqual(allowed, self._boot_many(image['id'], count,
-                                                      flavor), fmt)
-            self.assertEqual([traits] * (count + 1), asked, fmt)
-            for server in self.api.get_servers():
-                self._delete_server(server)
+        cases = (
+            ('vmdk', 3, '1', {'convert'}, os_traits.COMPUTE_IMAGE_TYPE_VMDK),
+            ('qcow2', 3, self._native_flavor(), {'native'},
+             ','.join(sorted((os_traits.COMPUTE_IMAGE_TYPE_QCOW2,
+                              'CUSTOM_IMGTYPE_NATIVE_QCOW2')))))
+        for stats_listed in (True, False):
+            for fmt, count, flavor, allowed, traits in cases:
+                if not stats_listed:
+                    for host in ('native', 'convert', 'narrow'):
+                        node = self._node(host)
+                        node.stats = {
+                            k: v for k, v in node.stats.items()
+                            if k != imgtype_traits.STATS_KEY}
+                        node.save()
+                asked.clear()
+                image = self.create_image(fmt)
+                self.assertEqual(allowed, self._boot_many(
+                    image['id'], count, flavor), fmt)
+                self.assertEqual(
+                    [] if stats_listed else [traits] * (count + 1), asked,
+                    fmt)
+                for server in self.api.get_servers():
+                    self._delete_server(server)
         # Raw: anywhere, including the host that excludes qcow2.
         image = self.create_image('raw')
         server = self.boot_server(image['id'], host='narrow')

@@ -25,6 +25,7 @@ from oslo_serialization import jsonutils
 
 from nova_imgtype import exception
 from nova_imgtype import record as record_mod
+from nova_imgtype import traits
 from nova_imgtype.virt.libvirt import cold_move
 from nova_imgtype.virt.libvirt import driver as imgtype_driver
 from nova_imgtype.virt.libvirt import imagecache
@@ -75,6 +76,36 @@ def test_capabilities_follow_the_mapping(make_driver, conf):
     assert drv.capabilities['supports_image_type_qcow2'] is True
     assert drv.capabilities['supports_image_type_raw'] is True
     assert drv.capabilities['supports_image_type_vmdk'] is False
+
+
+def test_stats_list_the_image_type_traits_placement_gets(make_driver, conf):
+    """What the compute node's stats tell ImageTypeSupportFilter is what
+    placement gets: stock's COMPUTE_IMAGE_TYPE_* (from the capabilities,
+    the exclude list applied) and our native traits; stock's own stats
+    kept."""
+    conf.config(force_raw_images=True)
+    conf.config(image_type_exclude_list=['iso'], group='compute')
+    drv = make_driver(images_type='flat', use_storage_pools=False,
+                      images_type_mapping='qcow2:qcow2')
+    with mock.patch.object(STOCK, 'get_available_resource',
+                           return_value={'stats': {'uptime': '1 day'},
+                                         'vcpus': 2}):
+        resources = drv.get_available_resource('host1')
+    assert resources['vcpus'] == 2
+    assert resources['stats']['uptime'] == '1 day'
+    listed = traits.from_stats(resources['stats'])
+    tree = provider_tree.ProviderTree()
+    tree.new_root('host1', uuid.uuid4())
+    with mock.patch.object(STOCK, 'update_provider_tree'):
+        drv.update_provider_tree(tree, 'host1')
+    in_placement = {t for t in tree.data('host1').traits
+                    if traits.is_image_type(t)} | {
+        t for t, ok in drv.capabilities_as_traits().items() if ok}
+    assert listed == {t for t in in_placement if traits.is_image_type(t)}
+    assert {'COMPUTE_IMAGE_TYPE_QCOW2', 'COMPUTE_IMAGE_TYPE_VMDK',
+            'CUSTOM_IMGTYPE_NATIVE_QCOW2'} <= listed
+    assert 'COMPUTE_IMAGE_TYPE_ISO' not in listed             # excluded
+    assert 'CUSTOM_IMGTYPE_NATIVE_VMDK' not in listed         # converted
 
 
 def test_native_traits_follow_the_config_of_the_start(make_driver, conf):

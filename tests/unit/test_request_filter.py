@@ -20,6 +20,7 @@ from nova.api.validation.extra_specs import validators
 from nova.scheduler import filters as nova_filters
 from nova.scheduler import request_filter
 
+from nova_imgtype import traits
 from nova_imgtype.scheduler import filters
 from nova_imgtype.scheduler import request_filters
 
@@ -202,7 +203,7 @@ def _placement(status=200, providers=(), raises=None):
 
 
 def test_host_filter_asks_placement_once_for_all_hosts():
-    hosts = [mock.Mock(uuid='rp-%d' % i) for i in range(5)]
+    hosts = [mock.Mock(uuid='rp-%d' % i, stats={}) for i in range(5)]
     patch, client = _placement(providers=['rp-1', 'rp-3', 'elsewhere'])
     spec = _spec('qcow2', **{'imgtype:native': 'required'})
     with patch:
@@ -220,11 +221,11 @@ def test_host_filter_host_passes_is_filter_all_of_one(providers, passes):
     patch, client = _placement(providers=providers)
     with patch:
         assert filters.ImageTypeSupportFilter().host_passes(
-            mock.Mock(uuid='rp-uuid'), _spec('qcow2')) is passes
+            mock.Mock(uuid='rp-uuid', stats={}), _spec('qcow2')) is passes
 
 
 def test_host_filter_leaves_requests_without_an_image_format_alone():
-    hosts = [mock.Mock(uuid='rp-0')]
+    hosts = [mock.Mock(uuid='rp-0', stats={})]
     patch, client = _placement()
     with patch:
         assert filters.ImageTypeSupportFilter().filter_all(
@@ -238,7 +239,7 @@ def test_host_filter_refuses_a_format_without_a_trait():
     patch, client = _placement(providers=['rp-0'])
     with patch:
         assert filters.ImageTypeSupportFilter().filter_all(
-            [mock.Mock(uuid='rp-0')], _spec('no-such-format')) == []
+            [mock.Mock(uuid='rp-0', stats={})], _spec('no-such-format')) == []
     client.get.assert_not_called()
 
 
@@ -248,9 +249,69 @@ def test_host_filter_fails_closed_when_placement_fails(answer, caplog):
     patch, client = _placement(providers=['rp-0'], **answer)
     with patch, caplog.at_level(logging.ERROR):
         assert filters.ImageTypeSupportFilter().filter_all(
-            [mock.Mock(uuid='rp-0')], _spec('qcow2')) == []
+            [mock.Mock(uuid='rp-0', stats={})], _spec('qcow2')) == []
     assert ('placement could not list the resource providers with '
             'COMPUTE_IMAGE_TYPE_QCOW2') in caplog.text
+
+
+def _host(uuid, *node_traits, **stats):
+    """A host state whose compute node's stats list ``node_traits``."""
+    stats.update(traits.to_stats(node_traits))
+    return mock.Mock(uuid=uuid, stats=stats)
+
+
+def test_host_filter_reads_the_traits_in_the_hosts_stats():
+    hosts = [_host('rp-0', 'COMPUTE_IMAGE_TYPE_QCOW2',
+                   'CUSTOM_IMGTYPE_NATIVE_QCOW2', num_instances='3'),
+             _host('rp-1', 'COMPUTE_IMAGE_TYPE_QCOW2'),
+             _host('rp-2', 'COMPUTE_IMAGE_TYPE_RAW'),
+             _host('rp-3')]
+    patch, client = _placement(providers=['rp-1', 'rp-2', 'rp-3'])
+    with patch:
+        flt = filters.ImageTypeSupportFilter()
+        assert flt.filter_all(hosts, _spec('qcow2')) == hosts[:2]
+        assert flt.filter_all(
+            hosts, _spec('qcow2', **{'imgtype:native': 'required'})) == [
+                hosts[0]]
+        assert flt.filter_all(hosts, _spec('raw')) == [hosts[2]]
+        assert flt.host_passes(hosts[3], _spec('raw')) is False
+    client.get.assert_not_called()
+
+
+@pytest.mark.parametrize('answer,asked_passes', [
+    ({}, True), ({'status': 503}, False)])
+def test_host_filter_asks_placement_only_about_hosts_without_stats(
+        answer, asked_passes):
+    """A compute without nova-imgtype (or from before its stats) is
+    decided by placement's answer, failing closed; the others by their
+    stats, whatever placement says of them."""
+    hosts = [_host('rp-0', 'COMPUTE_IMAGE_TYPE_QCOW2'),
+             mock.Mock(uuid='rp-1', stats={'num_instances': '1'}),
+             _host('rp-2', 'COMPUTE_IMAGE_TYPE_RAW')]
+    patch, client = _placement(providers=['rp-1', 'rp-2'], **answer)
+    with patch:
+        passed = filters.ImageTypeSupportFilter().filter_all(
+            hosts, _spec('qcow2'))
+    assert passed == ([hosts[0], hosts[1]] if asked_passes else [hosts[0]])
+    client.get.assert_called_once_with(
+        '/resource_providers?required=COMPUTE_IMAGE_TYPE_QCOW2',
+        version='1.18', global_request_id=mock.ANY)
+
+
+def test_stats_list_only_image_type_traits():
+    stats = traits.to_stats(['COMPUTE_IMAGE_TYPE_RAW', 'HW_CPU_X86_AVX',
+                             'CUSTOM_IMGTYPE_NATIVE_RAW',
+                             'CUSTOM_IMGTYPE_BACKEND_FLAT',
+                             'COMPUTE_IMAGE_TYPE_QCOW2'])
+    assert stats == {traits.STATS_KEY: 'COMPUTE_IMAGE_TYPE_QCOW2,'
+                     'COMPUTE_IMAGE_TYPE_RAW,CUSTOM_IMGTYPE_NATIVE_RAW'}
+    assert traits.from_stats(stats) == {
+        'COMPUTE_IMAGE_TYPE_QCOW2', 'COMPUTE_IMAGE_TYPE_RAW',
+        'CUSTOM_IMGTYPE_NATIVE_RAW'}
+    # A node that boots no image type lists none: it is known, not unknown.
+    assert traits.from_stats(traits.to_stats([])) == frozenset()
+    assert traits.from_stats({'uptime': None}) is None
+    assert traits.from_stats(None) is None
 
 
 def test_extra_spec_validator_is_loaded_by_the_api():

@@ -166,6 +166,15 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
         """Every registered backend this host can serve."""
         return self._host_traits.served_backends()
 
+    def get_available_resource(self, *args: Any, **kwargs: Any) -> Any:
+        resources = super().get_available_resource(*args, **kwargs)
+        # Stock's resource tracker copies these into the compute node's
+        # stats, which the scheduler gives ImageTypeSupportFilter.
+        resources['stats'] = {
+            **(resources.get('stats') or {}),
+            **self._host_traits.stats(self.capabilities_as_traits())}
+        return resources
+
     def update_provider_tree(self, *args: Any, **kwargs: Any) -> None:
         call = compat.driver('update_provider_tree', self, args, kwargs)
         super().update_provider_tree(*args, **kwargs)

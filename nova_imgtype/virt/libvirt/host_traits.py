@@ -13,6 +13,7 @@ nova-compute started with, as stock's capabilities are.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from nova.virt import driver as virt_driver
@@ -57,6 +58,16 @@ class HostTraits:
             if key in virt_driver.CAPABILITY_TRAITS_MAP:
                 out[key] = fmt in supported
         return out
+
+    def stats(self, capability_traits: Mapping[str, bool]) -> dict[str, str]:
+        """The compute node stats that tell the scheduler's host filter the
+        image-type traits this host reports: the ``COMPUTE_IMAGE_TYPE_*``
+        of ``capability_traits`` (stock's ``capabilities_as_traits()``,
+        from which stock's resource tracker sets them in placement) that
+        are true, and our ``CUSTOM_IMGTYPE_NATIVE_*``."""
+        return traits.to_stats(
+            {t for t, supported in capability_traits.items() if supported} |
+            self.custom_traits)
 
     def update(self, provider_tree: Any, nodename: str) -> None:
         """This host's custom traits on its provider, stale ones (of a
