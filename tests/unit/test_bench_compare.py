@@ -21,12 +21,12 @@ def _disk(method, median_s, image='1 GiB raw'):
 
 
 def test_a_plugin_figure_more_than_the_limit_slower_is_flagged():
-    before = compare.figures([[_disk('stock Flat', 1.0),
-                               _disk('pool COW', 0.100),
-                               _disk('pool copy', 0.100)]])
-    after = compare.figures([[_disk('stock Flat', 1.05),
-                              _disk('pool COW', 0.111),
-                              _disk('pool copy', 0.109)]])
+    before = compare.rounds([[_disk('stock Flat', 1.0),
+                              _disk('pool COW', 0.100),
+                              _disk('pool copy', 0.100)]])
+    after = compare.rounds([[_disk('stock Flat', 1.05),
+                             _disk('pool COW', 0.111),
+                             _disk('pool copy', 0.109)]])
     rows = {r['row']: r for r in compare.compare(before, after)}
     assert rows['1 GiB raw, pool COW']['slower']
     assert not rows['1 GiB raw, pool copy']['slower']
@@ -37,15 +37,46 @@ def test_a_plugin_figure_more_than_the_limit_slower_is_flagged():
 
 
 def test_rows_are_paired_by_their_names_not_their_order():
-    before = compare.figures([[_disk('pool COW', 0.1, '10 GiB raw'),
-                               _disk('pool COW', 1.0, '1 GiB raw')]])
-    after = compare.figures([[_disk('pool COW', 1.0, '1 GiB raw'),
-                              _disk('pool COW', 0.1, '10 GiB raw'),
-                              _disk('pool COW', 5.0, '100 GiB raw')]])
+    before = compare.rounds([[_disk('pool COW', 0.1, '10 GiB raw'),
+                              _disk('pool COW', 1.0, '1 GiB raw')]])
+    after = compare.rounds([[_disk('pool COW', 1.0, '1 GiB raw'),
+                             _disk('pool COW', 0.1, '10 GiB raw'),
+                             _disk('pool COW', 5.0, '100 GiB raw')]])
     rows = compare.compare(before, after)
     # The row only "now" has is not compared with anything.
     assert [(r['row'], r['ratio']) for r in rows] == [
         ('1 GiB raw, pool COW', 1.0), ('10 GiB raw, pool COW', 1.0)]
+
+
+def test_a_ratio_only_one_round_makes_is_noise_not_slower():
+    """Slower means slower in every round: a figure whose rounds overlap
+    the base's is not flagged, however far apart the medians; one whose
+    rounds are all slower is, by its median."""
+    before = compare.rounds([
+        [_disk('pool COW', 0.100), _disk('pool copy', 0.100)],
+        [_disk('pool COW', 0.100), _disk('pool copy', 0.130)],
+        [_disk('pool COW', 0.100), _disk('pool copy', 0.100)]])
+    after = compare.rounds([
+        [_disk('pool COW', 0.140), _disk('pool copy', 0.125)],
+        [_disk('pool COW', 0.115), _disk('pool copy', 0.120)],
+        [_disk('pool COW', 0.101), _disk('pool copy', 0.140)]])
+    rows = {r['row']: r for r in compare.compare(before, after)}
+    cow, copy = rows['1 GiB raw, pool COW'], rows['1 GiB raw, pool copy']
+    assert cow['ratio'] == pytest.approx(1.15)
+    assert cow['rounds_apart'] and cow['slower']
+    assert cow['after_rounds_s'] == [0.140, 0.115, 0.101]
+    # 1.25x by the medians, but one round before (0.130) is slower than
+    # two after: not reproduced.
+    assert copy['ratio'] == pytest.approx(1.25)
+    assert not copy['rounds_apart'] and not copy['slower']
+    md = compare.to_markdown(compare.compare(before, after), 'a', 'b', 3,
+                             {})
+    lines = {line.split('|')[1].strip(): [c.strip() for c in
+                                          line.split('|')[2:-1]]
+             for line in md.splitlines() if line.startswith('| 1 GiB')}
+    assert lines['1 GiB raw, pool COW'][3:] == ['yes', '-', '**slower**']
+    assert lines['1 GiB raw, pool copy'][3:] == ['no', '-', 'ok']
+    assert '1 of the plugin\'s slower' in md
 
 
 def test_rounds_give_the_median_of_their_medians():
