@@ -231,7 +231,8 @@ def _live_once(src: libvirt.virConnect, dst: libvirt.virConnect,
             real.destroy_domain(src.lookupByName(name))
     moved = dst.lookupByName(name)
     real.destroy_domain(moved)
-    same = subprocess.run(['qemu-img', 'compare', '-q', disk, there]
+    same = subprocess.run(['qemu-img', 'compare', '-q', '-f', 'qcow2',
+                           '-F', 'qcow2', disk, there]
                           ).returncode == 0
     for path in (disk, there):
         os.unlink(path)
