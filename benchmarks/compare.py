@@ -168,7 +168,10 @@ def to_markdown(rows: list[Row], base: str, head: str, rounds: int,
             ['row', 'before s', 'after s', 'after/before', 'rounds apart',
              'stock drift', 'judged'],
             ([r['row'], '%.4f' % r['before_s'], '%.4f' % r['after_s'],
-              '%.3f' % r['ratio'], 'yes' if r['rounds_apart'] else 'no',
+              '%.3f' % r['ratio'],
+              # Results from before the rule kept no rounds.
+              '-' if 'rounds_apart' not in r
+              else 'yes' if r['rounds_apart'] else 'no',
               '-' if r['stock_drift'] is None
               else '%.3f' % r['stock_drift'],
               'stock' if r['stock'] else (

@@ -23,8 +23,9 @@ BACKEND_PREFIX = 'IMGTYPE_BACKEND_'
 #: The compute node stat (``ComputeNode.stats``, which the scheduler gives
 #: each host filter as ``HostState.stats``) in which a compute running
 #: nova-imgtype lists the image-type traits it reports to placement, comma
-#: separated.
-STATS_KEY = 'imgtype_image_type_traits'
+#: separated. Named after the package, not ``imgtype_*``: that prefix is the
+#: instance record's (:mod:`nova_imgtype.record`).
+STATS_KEY = 'nova_imgtype_image_type_traits'
 
 
 def image_type_trait(disk_format: str) -> str | None:
