@@ -95,11 +95,6 @@ def rounds(runs: Iterable[Sequence[Row]]) -> dict[Key, list[float]]:
     return seen
 
 
-def figures(runs: Iterable[Sequence[Row]]) -> dict[Key, float]:
-    """Each row's median over the rounds of one side."""
-    return {k: statistics.median(v) for k, v in rounds(runs).items()}
-
-
 def compare(before: dict[Key, list[float]], after: dict[Key, list[float]],
             limit: float = LIMIT) -> list[Row]:
     """One row per figure both sides have, in the order ``after`` has;

@@ -80,9 +80,12 @@ def test_a_ratio_only_one_round_makes_is_noise_not_slower():
 
 
 def test_rounds_give_the_median_of_their_medians():
-    got = compare.figures([[_disk('pool COW', 0.3)], [_disk('pool COW', 0.1)],
+    runs = compare.rounds([[_disk('pool COW', 0.3)], [_disk('pool COW', 0.1)],
                            [_disk('pool COW', 0.2)]])
-    assert got == {('disk creation', '1 GiB raw', 'pool COW'): 0.2}
+    assert runs == {
+        ('disk creation', '1 GiB raw', 'pool COW'): [0.3, 0.1, 0.2]}
+    [row] = compare.compare(runs, runs)
+    assert row['after_s'] == row['before_s'] == 0.2
 
 
 def test_profile_is_compared_by_its_total_only_and_ms_become_s():
@@ -90,8 +93,8 @@ def test_profile_is_compared_by_its_total_only_and_ms_become_s():
              'step': step, 'calls': 1, 'median_ms': ms, 'runs': 7}
             for step, ms in (('libvirt: virStoragePool.createXML', 12.0),
                              ('total (wall)', 16.0))]
-    assert compare.figures([rows]) == {
-        ('profile', 'pool COW volume, warm', 'total (wall)'): 0.016}
+    assert compare.rounds([rows]) == {
+        ('profile', 'pool COW volume, warm', 'total (wall)'): [0.016]}
 
 
 def _benchmarks() -> dict[str, str]:

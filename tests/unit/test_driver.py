@@ -98,8 +98,7 @@ def test_stats_list_the_image_type_traits_placement_gets(make_driver, conf):
     tree.new_root('host1', uuid.uuid4())
     with mock.patch.object(STOCK, 'update_provider_tree'):
         drv.update_provider_tree(tree, 'host1')
-    in_placement = {t for t in tree.data('host1').traits
-                    if traits.is_image_type(t)} | {
+    in_placement = set(tree.data('host1').traits) | {
         t for t, ok in drv.capabilities_as_traits().items() if ok}
     assert listed == {t for t in in_placement if traits.is_image_type(t)}
     assert {'COMPUTE_IMAGE_TYPE_QCOW2', 'COMPUTE_IMAGE_TYPE_VMDK',
