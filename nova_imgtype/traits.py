@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from collections.abc import Mapping
 from typing import Any
@@ -71,7 +72,15 @@ def from_stats(stats: Mapping[str, Any] | None) -> frozenset[str] | None:
     value = (stats or {}).get(STATS_KEY)
     if value is None:
         return None
-    return frozenset(t for t in str(value).split(',') if t)
+    return _listed(str(value))
+
+
+@functools.lru_cache(maxsize=256)
+def _listed(value: str) -> frozenset[str]:
+    """The traits a stats value lists. Read once per distinct value: a
+    cloud's computes list a few (one per kind of compute), and the host
+    filter reads every host's on every pass."""
+    return frozenset(t for t in value.split(',') if t)
 
 
 def reported(context: Any, provider_uuids: Iterable[str]) -> set[str]:

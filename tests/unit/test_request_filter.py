@@ -314,6 +314,17 @@ def test_stats_list_only_image_type_traits():
     assert traits.from_stats(None) is None
 
 
+def test_stats_read_once_per_distinct_value():
+    # The host filter reads every host's stats on every pass: hosts listing
+    # the same traits share one parsed set, not one set each.
+    one = traits.to_stats(['COMPUTE_IMAGE_TYPE_RAW'])
+    other = traits.to_stats(['COMPUTE_IMAGE_TYPE_QCOW2'])
+    first = traits.from_stats(dict(one, uptime='1'))
+    assert traits.from_stats(dict(one, uptime='2')) is first
+    assert traits.from_stats(other) == {'COMPUTE_IMAGE_TYPE_QCOW2'}
+    assert first == {'COMPUTE_IMAGE_TYPE_RAW'}
+
+
 def test_extra_spec_validator_is_loaded_by_the_api():
     validators.load_validators()
     validators.validate('imgtype:native', 'required')
