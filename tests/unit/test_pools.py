@@ -297,3 +297,57 @@ def test_ceph_conf_is_read_by_librados(tmp_path):
     conf.write_text('[client.nova]\nmon host = 10.0.0.1\n')
     assert ceph_cluster.names_monitors(str(conf), 'nova')
     assert not ceph_cluster.names_monitors(str(conf), 'glance')
+
+
+@pytest.mark.parametrize('other,same', [
+    # The same monitor: its msgr1 or msgr2 port, or none (ceph.conf's
+    # forms), against the record's msgr1 port.
+    ('rbd:vms@10.0.0.1:6789;fsid=fsid-a', True),
+    ('rbd:vms@10.0.0.1:3300;fsid=fsid-a', True),
+    ('rbd:vms@10.0.0.1;fsid=fsid-a', True),
+    ('rbd:vms@10.0.0.1:6789', True),
+    # Another cluster on the same host, its monitor on other ports.
+    ('rbd:vms@10.0.0.1:6790;fsid=fsid-a', False),
+    ('rbd:vms@10.0.0.1:3301', False),
+    # Another host.
+    ('rbd:vms@10.0.0.2:6789;fsid=fsid-a', False),
+])
+def test_an_rbd_location_without_fsid_matches_a_monitor_and_its_port(
+        other, same):
+    """Issue 54, defect 5: a key recorded before fsids matches by a
+    monitor's address and port, the two default messenger ports of a
+    monitor (3300, 6789) taken for the same monitor."""
+    record = 'rbd:vms@10.0.0.1:6789'
+    assert pool_specs.same_storage(other, record) is same
+    assert pool_specs.same_storage(record, other) is same
+
+
+def test_a_second_cluster_on_a_monitor_host_keeps_its_own_ports():
+    """Two clusters on one host, the second on ports of its own: a record
+    without fsid of either is the storage of that one only."""
+    second = 'rbd:vms@10.0.0.1:6790'
+    assert pool_specs.same_storage('rbd:vms@10.0.0.1:6790;fsid=fsid-b',
+                                   second)
+    assert not pool_specs.same_storage('rbd:vms@10.0.0.1:6789;fsid=fsid-a',
+                                       second)
+    assert not pool_specs.same_storage('rbd:vms@10.0.0.1:6789', second)
+    # IPv6 monitors, bracketed with their port.
+    assert pool_specs.same_storage('rbd:vms@[2001:db8::1]:3300',
+                                   'rbd:vms@[2001:db8::1]:6789')
+    assert not pool_specs.same_storage('rbd:vms@[2001:db8::1]:6790',
+                                       'rbd:vms@[2001:db8::1]:6789')
+
+
+def test_a_record_without_fsid_refused_on_a_shared_host_is_named(caplog):
+    """The refusal says which record it refused, and why."""
+    record = 'rbd:vms@10.0.0.1:6790,10.0.0.3:6790'
+    here = 'rbd:vms@10.0.0.1:6789;fsid=fsid-a'
+    assert not pool_specs.same_storage(here, record)
+    warnings = [r.getMessage() for r in caplog.records
+                if r.levelname == 'WARNING']
+    assert len(warnings) == 1, warnings
+    assert record in warnings[0] and here in warnings[0]
+    assert 'fsid' in warnings[0]
+    # Said once, however often it is asked.
+    pool_specs.same_storage(here, record)
+    assert len([r for r in caplog.records if r.levelname == 'WARNING']) == 1

@@ -352,3 +352,31 @@ def test_a_backend_this_host_has_no_pool_of_is_made_in_files(conf,
     got = resolver.with_storage(resolver_mod.BackendDecision(
         'qcow2', ('qcow2',)), resolver.storage_for('qcow2'))
     assert (got.storage, got.pool) == (resolver_mod.LEGACY, '')
+
+
+@pytest.mark.parametrize('monitor,stock', [
+    ('192.0.2.7:6789', True),       # this cluster's monitor
+    ('192.0.2.7:3300', True),       # the same monitor, its msgr2 port
+    ('192.0.2.7:6790', False),      # another cluster on the same host
+])
+def test_an_rbd_record_without_fsid_is_stock_rbd_of_its_monitor_only(
+        conf, ceph, monitor, stock):
+    """Issue 54, defect 5: an rbd pool instance recorded before fsids, on
+    a host without pools whose stock rbd backend uses that Ceph pool
+    name: its disks are stock's only where the record names this
+    cluster's monitor (address and port), never another cluster's on the
+    same host."""
+    conf.config(group='libvirt', images_type='rbd', images_rbd_pool='vms',
+                use_storage_pools=False)
+    location = 'rbd:vms@%s' % monitor
+    resolver = resolver_mod.BackendResolver(
+        conf.conf, locate=lambda key, name: None)
+    got = resolver.recorded(_instance(
+        imgtype_backend='rbd', imgtype_native_formats='raw',
+        imgtype_storage='pools', imgtype_pool='nova-disks-pool',
+        imgtype_pool_location=location))
+    if stock:
+        assert got.storage == resolver_mod.LEGACY
+    else:
+        assert (got.storage, got.pool_location) == (
+            resolver_mod.POOLS, location)

@@ -15,6 +15,7 @@ from typing import Any
 from xml.etree import ElementTree
 
 import libvirt
+from oslo_log import log as logging
 
 from nova_imgtype.virt.libvirt import ceph_cluster
 
@@ -22,6 +23,8 @@ BASE_POOL = 'nova-base-images-pool'
 DISKS_POOL = 'nova-disks-pool'
 #: Templates uploaded into an rbd disks pool: ``nova-base_<cache file>``.
 RBD_TEMPLATE_PREFIX = 'nova-base_'
+
+LOG = logging.getLogger(__name__)
 
 Connection = Any    # libvirt.virConnect
 Pool = Any          # libvirt.virStoragePool
@@ -200,15 +203,33 @@ def location_key(spec: PoolSpec) -> str:
                       if spec.target else '')
 
 
-def _rbd_place(place: str) -> tuple[str, set[str], str]:
-    """The Ceph pool, the monitors' hosts (without ports: a host may name
-    a monitor by either of its messenger ports) and the fsid ('' when not
-    recorded) of an rbd location key's place."""
+#: The messenger ports a Ceph monitor listens on by default (msgr2,
+#: msgr1): hosts name one monitor by either, or by none (ceph.conf).
+_MON_PORTS = ('3300', '6789')
+
+#: The (key, other) pairs whose refusal was logged: said once a process.
+_REFUSED: set[tuple[str, str]] = set()
+
+
+def _monitor(address: str) -> tuple[str, str]:
+    """(host, port) of a monitor address (``host[:port]``, an IPv6 host
+    bracketed), a default messenger port or none as ''."""
+    if address.startswith('['):
+        host, _sep, rest = address[1:].partition(']')
+        port = rest[1:] if rest.startswith(':') else ''
+    elif address.count(':') == 1:
+        host, _sep, port = address.partition(':')
+    else:
+        host, port = address, ''
+    return host, '' if port in _MON_PORTS else port
+
+
+def _rbd_place(place: str) -> tuple[str, set[tuple[str, str]], str]:
+    """The Ceph pool, the monitors (:func:`_monitor`) and the fsid (''
+    when not recorded) of an rbd location key's place."""
     pool, _sep, rest = place.partition('@')
     mons, _sep, fsid = rest.partition(_FSID)
-    hosts = {h.rpartition(':')[0] if h.rpartition(':')[2].isdigit()
-             else h for h in mons.split(',') if h}
-    return pool, hosts, fsid
+    return pool, {_monitor(h) for h in mons.split(',') if h}, fsid
 
 
 def location_fsid(key: str) -> str:
@@ -222,22 +243,38 @@ def location_fsid(key: str) -> str:
 def same_storage(key: str, other: str) -> bool:
     """Whether two :func:`location_key` values name the same storage: the
     same type and place; for rbd, the same Ceph pool of the same cluster:
-    the same fsid where both keys have one, else a monitor host in common
-    (two hosts may list its monitors differently), or no monitor known on
-    either side (the host's default cluster)."""
+    the same fsid where both keys have one, else a monitor in common, its
+    address and port (two hosts may list its monitors differently, by
+    either default messenger port), or no monitor known on either side
+    (the host's default cluster). A key without fsid whose monitors share
+    only a host with the other's (another cluster there, on other ports)
+    is refused with a warning naming it."""
     kind, _sep, place = key.partition(':')
     other_kind, _sep, other_place = other.partition(':')
     if kind != other_kind:
         return False
     if kind != 'rbd':
         return place == other_place
-    pool, hosts, fsid = _rbd_place(place)
-    other_pool, other_hosts, other_fsid = _rbd_place(other_place)
+    pool, mons, fsid = _rbd_place(place)
+    other_pool, other_mons, other_fsid = _rbd_place(other_place)
     if pool != other_pool:
         return False
     if fsid and other_fsid:
         return fsid == other_fsid
-    return bool(hosts & other_hosts) or not (hosts or other_hosts)
+    if mons & other_mons or not (mons or other_mons):
+        return True
+    hosts = {h for h, _p in mons} & {h for h, _p in other_mons}
+    if hosts and (key, other) not in _REFUSED:
+        _REFUSED.add((key, other))
+        # The key without fsid is the record (where both lack one, a pool
+        # definition's is the first).
+        record, against = (key, other) if other_fsid else (other, key)
+        LOG.warning('The Ceph storage %(record)s, recorded without its '
+                    'cluster\'s fsid, is not taken for %(against)s: their '
+                    'monitors share host(s) %(hosts)s on other ports (two '
+                    'clusters there)', {'record': record, 'against': against,
+                                        'hosts': ', '.join(sorted(hosts))})
+    return False
 
 
 def same_source(key: str, other: str) -> bool:
