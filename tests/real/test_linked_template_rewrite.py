@@ -73,6 +73,15 @@ def _rewrite(device, kind, host_file, tmp_path):
     if kind == 'qcow2-backed-by-host-file':
         real.qemu_img('create', '-q', '-f', 'qcow2', '-b', host_file,
                       '-F', 'raw', new, str(SIZE))
+    elif kind == 'qcow2-data-file-host-file':
+        # Made on a file of its own, then pointed at the host file (a
+        # create would write to its data file).
+        real.qemu_img('create', '-q', '-f', 'qcow2', '-o',
+                      'data_file=%s,data_file_raw=on' % (new + '.data'),
+                      new, str(SIZE))
+        real.qemu_img('amend', '-q', '-f', 'qcow2', '-o',
+                      'data_file=%s' % host_file, new)
+        os.unlink(new + '.data')
     else:
         real.make_image(new, 'qcow2', SIZE, pattern=b'tenant qcow2\n')
     with open(new, 'rb') as src, open(device, 'r+b') as dst:
@@ -379,3 +388,343 @@ def test_a_link_records_the_inspectors_reading_reading_the_volume_once(
     assert [os.path.realpath(p) for p in reads] == [device, device]
     assert real.sha256_of_guest_data(disk.path, 'qcow2') == (
         real.sha256_of_chunks(64 * MiB, chunks))
+
+
+# -- every read of a linked template (issue 54, defect 3) ----------------
+
+def _qcow2_linked(driver, conf, serve, tmp_path, **flags):  # noqa: F811
+    """A qcow2 image whose volume the driver links and keeps natively:
+    (the device, its original bytes, the image service, the driver, the
+    fake Cinder)."""
+    device = str(tmp_path / 'volume')
+    real.make_image(device, 'qcow2', SIZE, pattern=b'the image\n')
+    with open(device, 'rb') as f:
+        original = f.read()
+    svc = serve(ImageService(device, 'qcow2', locations=[
+        {'url': 'cinder://%s' % VOLUME_ID, 'metadata': {}}]))
+    conf.config(template_image_handler='volume-based-linking',
+                group='image_cache')
+    flags.setdefault('images_type', 'qcow2')
+    drv = driver(images_type_mapping='qcow2:qcow2', **flags)
+    cinder = drv._template_handler.volume_api = Cinder(device)
+    return device, original, svc, drv, cinder
+
+
+def _with_domain(drv, inst, disk):
+    """The instance's domain (defined, shut off) with its root disk as
+    the driver gives it to QEMU: what stock's snapshot reads the root
+    disk's path and format from."""
+    inst.id = 4242
+    inst.project_id = inst.user_id = 'p'
+    inst.kernel_id = inst.ramdisk_id = ''
+    inst.os_type = None
+    inst.instance_type_id = 1
+    source = ("<source pool='%s' volume='%s'/>" % (
+        disk.pool_name, disk.volume_name)
+        if isinstance(disk, storage.LibvirtStorage)
+        else "<source file='%s'/>" % disk.path)
+    drv._host.get_connection().defineXML(
+        "<domain type='kvm'><name>%s</name><uuid>%s</uuid>"
+        "<memory>131072</memory><vcpu>1</vcpu>"
+        "<os><type arch='x86_64'>hvm</type></os><devices>"
+        "<disk type='%s' device='disk'><driver name='qemu' type='qcow2'/>"
+        "%s<target dev='vda' bus='virtio'/></disk></devices></domain>" % (
+            inst.name, inst.uuid,
+            'volume' if isinstance(disk, storage.LibvirtStorage) else 'file',
+            source))
+    return inst
+
+
+def _left(directory):
+    """What a snapshot left in its directory (made by stock's snapshot
+    when it starts its copy)."""
+    return os.listdir(directory) if os.path.exists(directory) else []
+
+
+class _Uploads:
+    """The image service's upload of snapshots (the bytes of each) and
+    the task states the compute manager is told."""
+
+    def __init__(self, drv, monkeypatch):
+        self.images = {}
+        self.states = []
+        api = drv._image_api
+        monkeypatch.setattr(api, 'get', lambda ctx, image_id: {
+            'id': image_id, 'name': 'snap'})
+
+        def update(ctx, image_id, metadata, data=None, **kwargs):
+            if data is not None:
+                self.images[image_id] = data.read()
+
+        monkeypatch.setattr(api, 'update', update)
+
+    def update_task_state(self, task_state, expected_state=None):
+        self.states.append(task_state)
+
+
+def _snapshot(drv, inst, uploads, image_id='snap-1'):
+    drv.snapshot(None, inst, image_id, uploads.update_task_state)
+    return uploads.images.get(image_id)
+
+
+@pytest.mark.parametrize('kind', ['qcow2-backed-by-host-file',
+                                  'qcow2-data-file-host-file'])
+def test_a_snapshot_of_a_legacy_instance_is_refused_on_a_rewritten_template(
+        driver, conf, serve, tmp_path, brick_in_process,  # noqa: F811
+        host_file, monkeypatch, kind):
+    """A cold snapshot of an instance on files (stock's snapshot: its
+    qcow2 overlay read through the linked template, as shelve does): the
+    template is checked again as accepted, before and once copied; a
+    rewritten one is refused, nothing uploaded nor left, the instance's
+    disk untouched; once the volume holds the image again, the snapshot
+    is taken."""
+    conf.config(snapshots_directory=str(tmp_path / 'snapshots'),
+                group='libvirt')
+    device, original, svc, drv, _cinder = _qcow2_linked(
+        driver, conf, serve, tmp_path)
+    inst = _instance(drv, svc.image_id, 'qcow2')
+    disk = _root_disk(drv, inst, svc.image_id)
+    _with_domain(drv, inst, disk)
+    uploads = _Uploads(drv, monkeypatch)
+    guest_data = _guest_data(disk.path, 'qcow2', tmp_path)
+
+    _rewrite(device, kind, host_file, tmp_path)
+    error = None
+    try:
+        _snapshot(drv, inst, uploads)
+    except exception.LinkedTemplateChanged as e:
+        error = e
+    # The host file's data was uploaded nowhere, and nothing else was.
+    assert [i for i, data in uploads.images.items() if MARKER in data] == []
+    assert error is not None and svc.image_id in str(error)
+    assert uploads.images == {}
+    assert _left(tmp_path / 'snapshots') == []
+    assert os.path.islink(_template(conf))
+
+    _restore(device, original)
+    image = _snapshot(drv, inst, uploads)
+    out = str(tmp_path / 'snap.qcow2')
+    with open(out, 'wb') as f:
+        f.write(image)
+    assert _guest_data(out, 'qcow2', tmp_path) == guest_data
+    assert MARKER not in guest_data
+
+
+def test_a_template_rewritten_during_a_snapshot_uploads_nothing(
+        driver, conf, serve, tmp_path, brick_in_process,  # noqa: F811
+        host_file, monkeypatch):
+    """Rewritten while the disk is copied: the copy is not uploaded (the
+    template is checked again before the upload, as accepted)."""
+    from nova.virt import images
+
+    conf.config(snapshots_directory=str(tmp_path / 'snapshots'),
+                group='libvirt')
+    device, _original, svc, drv, _cinder = _qcow2_linked(
+        driver, conf, serve, tmp_path)
+    inst = _instance(drv, svc.image_id, 'qcow2')
+    _with_domain(drv, inst, _root_disk(drv, inst, svc.image_id))
+    uploads = _Uploads(drv, monkeypatch)
+    convert = images.convert_image
+
+    def rewritten_first(*args, **kwargs):
+        _rewrite(device, 'qcow2-backed-by-host-file', host_file, tmp_path)
+        return convert(*args, **kwargs)
+
+    monkeypatch.setattr(images, 'convert_image', rewritten_first)
+    with pytest.raises(exception.LinkedTemplateChanged, match=svc.image_id):
+        _snapshot(drv, inst, uploads)
+    assert uploads.images == {}
+    assert _left(tmp_path / 'snapshots') == []
+
+
+def test_a_shelve_is_refused_on_a_rewritten_template(
+        driver, conf, serve, tmp_path, brick_in_process,  # noqa: F811
+        host_file, monkeypatch):
+    """A shelve is the compute manager's snapshot of the stopped guest,
+    its task states mapped to shelving's: refused the same way, the
+    instance still on its disk."""
+    from nova.compute import task_states
+
+    conf.config(snapshots_directory=str(tmp_path / 'snapshots'),
+                group='libvirt')
+    device, original, svc, drv, _cinder = _qcow2_linked(
+        driver, conf, serve, tmp_path)
+    inst = _instance(drv, svc.image_id, 'qcow2')
+    disk = _root_disk(drv, inst, svc.image_id)
+    _with_domain(drv, inst, disk)
+    uploads = _Uploads(drv, monkeypatch)
+    shelving = {task_states.IMAGE_PENDING_UPLOAD:
+                task_states.SHELVING_IMAGE_PENDING_UPLOAD,
+                task_states.IMAGE_UPLOADING:
+                task_states.SHELVING_IMAGE_UPLOADING}
+
+    def update_task_state(task_state, expected_state=task_states.SHELVING):
+        uploads.states.append(shelving[task_state])
+
+    _rewrite(device, 'qcow2-backed-by-host-file', host_file, tmp_path)
+    with pytest.raises(exception.LinkedTemplateChanged, match=svc.image_id):
+        drv.snapshot(None, inst, 'shelved', update_task_state)
+    assert uploads.images == {}
+    assert os.path.exists(disk.path)
+
+    _restore(device, original)
+    drv.snapshot(None, inst, 'shelved', update_task_state)
+    assert MARKER not in uploads.images['shelved']
+    assert task_states.SHELVING_IMAGE_UPLOADING in uploads.states
+
+
+def test_a_pool_snapshot_is_refused_on_a_rewritten_template(
+        driver, conf, serve, tmp_path, brick_in_process,  # noqa: F811
+        host_file, libvirt_conn, monkeypatch):
+    """A pool instance's snapshot (:class:`.PoolSnapshots`): its qcow2
+    overlay volume is read through the linked template; rewritten, the
+    snapshot is refused before and after the copy, nothing uploaded."""
+    conf.config(snapshots_directory=str(tmp_path / 'snapshots'),
+                group='libvirt')
+    device, original, svc, drv, _cinder = _qcow2_linked(
+        driver, conf, serve, tmp_path, use_storage_pools=True)
+    drivers.use_pools(drv, pools.StoragePools(lambda: libvirt_conn))
+    made = [drv._pools.ensure(spec) for spec in pool_specs.host_specs(
+        conf.conf, drv._resolver.pool_backends())]
+    try:
+        inst = _instance(drv, svc.image_id, 'qcow2')
+        disk = _root_disk(drv, inst, svc.image_id)
+        assert isinstance(disk, storage.LibvirtStorage)
+        _with_domain(drv, inst, disk)
+        uploads = _Uploads(drv, monkeypatch)
+        assert drv._snapshots.applies(inst)
+
+        _rewrite(device, 'qcow2-backed-by-host-file', host_file, tmp_path)
+        error = None
+        try:
+            _snapshot(drv, inst, uploads)
+        except exception.LinkedTemplateChanged as e:
+            error = e
+        assert [i for i, data in uploads.images.items()
+                if MARKER in data] == []
+        assert error is not None and svc.image_id in str(error)
+        assert uploads.images == {}
+        assert _left(tmp_path / 'snapshots') == []
+
+        _restore(device, original)
+        image = _snapshot(drv, inst, uploads)
+        assert image and MARKER not in image
+    finally:
+        for pool in made:
+            if pool.name() != pool_specs.BASE_POOL:
+                for vol in pool.listAllVolumes(0):
+                    vol.delete(0)
+            pool.destroy()
+            pool.undefine()
+
+
+def test_an_instance_without_a_recorded_template_is_checked_too(
+        driver, conf, serve, tmp_path, brick_in_process,  # noqa: F811
+        host_file, monkeypatch):
+    """An instance built before its root template was recorded: its
+    template is the cache name of its image (never one read from its
+    disk), checked at start and at snapshot like a recorded one."""
+    conf.config(snapshots_directory=str(tmp_path / 'snapshots'),
+                group='libvirt')
+    device, original, svc, drv, _cinder = _qcow2_linked(
+        driver, conf, serve, tmp_path)
+    inst = _instance(drv, svc.image_id, 'qcow2')
+    _with_domain(drv, inst, _root_disk(drv, inst, svc.image_id))
+    del inst.system_metadata[record_mod.TEMPLATE]
+    uploads = _Uploads(drv, monkeypatch)
+
+    _rewrite(device, 'qcow2-backed-by-host-file', host_file, tmp_path)
+    with pytest.raises(exception.LinkedTemplateChanged, match=svc.image_id):
+        drv._templates.check_linked_root_template(inst)
+    with pytest.raises(exception.LinkedTemplateChanged, match=svc.image_id):
+        _snapshot(drv, inst, uploads)
+    assert uploads.images == {}
+
+    _restore(device, original)
+    drv._templates.check_linked_root_template(inst)
+    assert MARKER not in _snapshot(drv, inst, uploads)
+
+
+def test_a_live_migration_arrival_checks_the_template(
+        driver, conf, serve, tmp_path, brick_in_process,  # noqa: F811
+        host_file):
+    """The destination of a live migration opens the root disk (its own,
+    or the shared one) through the template it links: checked again
+    before stock's arrival, refused when rewritten."""
+    from nova import objects
+
+    device, _original, svc, drv, _cinder = _qcow2_linked(
+        driver, conf, serve, tmp_path)
+    inst = _instance(drv, svc.image_id, 'qcow2')
+    _root_disk(drv, inst, svc.image_id)
+    _rewrite(device, 'qcow2-backed-by-host-file', host_file, tmp_path)
+    data = objects.LibvirtLiveMigrateData(
+        is_shared_instance_path=True, is_shared_block_storage=False,
+        block_migration=False, instance_relative_path=inst.uuid)
+    with pytest.raises(exception.LinkedTemplateChanged, match=svc.image_id):
+        drv.pre_live_migration(None, inst, None, [], '[]', data)
+
+
+def test_a_precache_checks_a_linked_template_again(
+        driver, conf, serve, tmp_path, brick_in_process,  # noqa: F811
+        host_file, monkeypatch):
+    """Pre-caching an image whose template is already linked checks it
+    again: a rewritten one is reported (refused), not called cached."""
+    from nova.virt import images
+
+    device, original, svc, drv, _cinder = _qcow2_linked(
+        driver, conf, serve, tmp_path)
+    monkeypatch.setattr(images.IMAGE_API, 'get', svc.get)
+    assert drv.cache_image(None, svc.image_id) is True
+    assert os.path.islink(_template(conf))
+    _rewrite(device, 'qcow2-backed-by-host-file', host_file, tmp_path)
+    with pytest.raises(exception.LinkedTemplateChanged, match=svc.image_id):
+        drv.cache_image(None, svc.image_id)
+    _restore(device, original)
+    assert drv.cache_image(None, svc.image_id) is False
+
+
+def test_an_unshelve_rebases_onto_a_linked_template_only_as_accepted(
+        driver, conf, serve, tmp_path, brick_in_process,  # noqa: F811
+        host_file, monkeypatch, processes):
+    """An unshelved instance's disk, made on its snapshot, is rebased onto
+    the template of its original image: a linked one is checked again
+    first and named in the format it was accepted in (stock's rebase
+    probes it); rewritten, the rebase is refused and the disk keeps its
+    backing."""
+    from nova.image import glance
+
+    device, original, svc, drv, _cinder = _qcow2_linked(
+        driver, conf, serve, tmp_path)
+    monkeypatch.setattr(glance.API, 'get',
+                        lambda self, ctx, image_id, **kw: svc.get(ctx,
+                                                                 image_id))
+    _root_disk(drv, _instance(drv, svc.image_id, 'qcow2'), svc.image_id)
+    template = _template(conf)
+    # Spawned from its shelve snapshot (a template of its own), made as
+    # the unshelve's spawn makes it.
+    snap = str(tmp_path / 'snapshot.qcow2')
+    real.make_image(snap, 'qcow2', SIZE, pattern=b'the image\n')
+    inst = _instance(drv, svc.image_id, 'qcow2')
+    inst.image_ref = 'snapshot-image'
+    inst.vm_state = 'shelved_offloaded'
+    inst.system_metadata['image_base_image_ref'] = svc.image_id
+    os.makedirs(libvirt_utils.get_instance_path(inst))
+    disk = drv.image_backend.by_name(inst, 'disk')
+    real.qemu_img('create', '-q', '-f', 'qcow2', '-b', snap, '-F', 'qcow2',
+                  disk.path, str(SIZE))
+
+    _rewrite(device, 'qcow2-backed-by-host-file', host_file, tmp_path)
+    with pytest.raises(exception.LinkedTemplateChanged, match=svc.image_id):
+        drv._templates.rebase_onto_native(None, inst, disk)
+    assert real.qemu_img_info(disk.path)['backing-filename'] == snap
+
+    _restore(device, original)
+    processes.start()
+    assert drv._templates.rebase_onto_native(None, inst, disk)
+    processes.stop()
+    info = real.qemu_img_info(disk.path)
+    assert (info['backing-filename'], info['backing-filename-format']) == (
+        template, 'qcow2')
+    runs = [r for r in processes if 'qemu-img' in r and template in r]
+    assert runs and all(' -F qcow2 ' in r for r in runs), processes

@@ -344,13 +344,18 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
 
     def snapshot(self, *args: Any, **kwargs: Any) -> None:
         """Stock's, but for a root disk on a volume
-        (:class:`.PoolSnapshots`)."""
+        (:class:`.PoolSnapshots`); a linked template the disk reads
+        through checked before the copy and before its upload
+        (:meth:`.TemplateCache.checked_snapshot`)."""
         call = compat.driver('snapshot', self, args, kwargs)
         instance: objects.Instance = call['instance']
+        update_task_state = self._templates.checked_snapshot(
+            instance, call['update_task_state'])
         if not self._snapshots.applies(instance):
+            args, kwargs = call.replaced(update_task_state=update_task_state)
             return super().snapshot(*args, **kwargs)
         self._snapshots.take(call['context'], instance, call['image_id'],
-                             call['update_task_state'])
+                             update_task_state)
         return None
 
     # -- live migration -----------------------------------------------------
@@ -405,6 +410,8 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
         """Stock's, making the arriving disks where this host keeps them
         (:meth:`.LiveMoves.arrive`)."""
         call = compat.driver('pre_live_migration', self, args, kwargs)
+        # The guest's disks are opened here (made here, or shared).
+        self._templates.check_linked_root_template(call['instance'])
 
         def stock(disk_info: str | None) -> Any:
             args, kwargs = call.replaced(disk_info=disk_info)

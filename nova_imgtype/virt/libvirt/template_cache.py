@@ -21,11 +21,14 @@ import nova.privsep.path
 from nova import exception as nova_exception
 from nova import objects
 from nova import utils
+from nova.compute import task_states
+from nova.compute import utils as compute_utils
 from nova.i18n import _
 from nova.image import glance
 from nova.virt import images
 from nova.virt.libvirt import imagecache as nova_imagecache
 from nova.virt.libvirt import utils as libvirt_utils
+from oslo_concurrency import processutils
 from oslo_config import cfg
 from oslo_log import log as logging
 from oslo_utils import fileutils
@@ -156,8 +159,11 @@ class TemplateCache:
             nova_imagecache.get_cache_fname(base_ref), base_ref, instance,
             None)
         LOG.info('Rebasing disk image onto %s.', name, instance=instance)
-        stock.rebase_with_qemu_img(backend.path,
-                                   os.path.join(self.cache_dir, name))
+        path = os.path.join(self.cache_dir, name)
+        if os.path.islink(path):
+            self._rebase_onto_link(path, backend.path)
+        else:
+            stock.rebase_with_qemu_img(backend.path, path)
         return True
 
     @staticmethod
@@ -196,11 +202,48 @@ class TemplateCache:
             # pre_live_migration), before any later move reads it.
             record_mod.set_template(instance, image_id, filename)
 
+    def _root_templates(self, instance: objects.Instance) -> list[str]:
+        """The linked templates the instance's root disk reads through (a
+        qcow2 disk's backing): the recorded one or, for an instance
+        recorded before templates were, every cache name a build of its
+        image uses here (stock's ``<sha1>``, its record's native ones).
+        None is read from the disk, whose header its guest can write."""
+        decision = self._resolver.decision_for(instance)
+        if decision.volume_format('disk') != 'qcow2':
+            return []       # a copy of its template (or none): not read
+        recorded = record_mod.template(instance.system_metadata)
+        if recorded is not None:
+            names = [recorded[1]]
+        elif instance.image_ref:
+            names = [nova_imagecache.get_cache_fname(instance.image_ref)]
+            names += [imagecache.native_cache_fname(instance.image_ref, fmt)
+                      for fmt in decision.native_formats if fmt != 'raw']
+        else:
+            return []       # booted from a volume
+        paths = [os.path.join(self.cache_dir, name) for name in names]
+        return [path for path in paths if os.path.islink(path)]
+
+    def _check_linked(self, path: str) -> str:
+        """The linked template ``path`` checked again as accepted
+        (:func:`.volume_linking.checked`), under stock's lock of it (the
+        one the image cache manager holds to remove it); its format.
+
+        :raises LinkedTemplateChanged: naming the image and what changed.
+        """
+        @utils.synchronized(os.path.basename(path), external=True,
+                            lock_path=os.path.join(self._conf.instances_path,
+                                                   'locks'))
+        def check() -> str:
+            return volume_linking.checked(path)[0]
+
+        fmt: str = check()
+        return fmt
+
     def check_linked_root_template(self, instance: objects.Instance) -> None:
         """Before QEMU opens the instance's disks (each start, reboot,
-        rescue, arrival of a cold move): its recorded root template, when it
-        is a qcow2 disk's backing linked to an image volume, still is what
-        was accepted (:func:`.volume_linking.checked`).
+        rescue, arrival of a cold or live move): the linked template its
+        qcow2 root disk reads through (:meth:`_root_templates`) still is
+        what was accepted.
 
         The volume's owner can rewrite it while the link stays; QEMU reads
         the backing file's own header at each open, so a qcow2 template
@@ -210,28 +253,61 @@ class TemplateCache:
 
         :raises LinkedTemplateChanged: the guest is not started.
         """
-        recorded = record_mod.template(instance.system_metadata)
-        if recorded is None:
-            return
-        decision = self._resolver.decision_for(instance)
-        if decision.volume_format('disk') != 'qcow2':
-            return
-        base = os.path.join(self.cache_dir, recorded[1])
-        if not os.path.islink(base):
-            return
-        state = volume_linking.linked_state(base)
-        if state is not None and state.get('format') == 'raw':
-            # Opened as raw whatever it holds now: nothing to read again
-            # at each start.
-            return
+        for path in self._root_templates(instance):
+            state = volume_linking.linked_state(path)
+            if state is not None and state.get('format') == 'raw':
+                # Opened as raw whatever it holds now: nothing to read
+                # again at each start.
+                continue
+            self._check_linked(path)
 
-        @utils.synchronized(recorded[1], external=True,
-                            lock_path=os.path.join(self._conf.instances_path,
-                                                   'locks'))
-        def check() -> None:
-            volume_linking.checked(base)
+    def checked_snapshot(self, instance: objects.Instance,
+                         update_task_state: Callable[..., Any]
+                         ) -> Callable[..., Any]:
+        """Before a snapshot (or shelve) reads the instance's root disk,
+        the linked templates it reads through are checked again as
+        accepted, whatever their format (stock's live snapshot probes the
+        template's format for its delta); and again once the disk is
+        copied, before it is uploaded: the returned ``update_task_state``
+        checks them at each move to ``image_uploading``, which every
+        snapshot (stock's, :class:`.PoolSnapshots`) makes between its copy
+        and its upload. A refusal is final for the snapshot: the copy is
+        never uploaded (stock's and ours remove it), the disk is untouched.
 
-        check()
+        :raises LinkedTemplateChanged: naming the image and what changed.
+        """
+        paths = self._root_templates(instance)
+        for path in paths:
+            self._check_linked(path)
+        if not paths:
+            return update_task_state
+        refused: list[exception.LinkedTemplateChanged] = []
+
+        def checked_update(*args: Any, **kwargs: Any) -> Any:
+            state = kwargs.get('task_state', args[0] if args else None)
+            if state == task_states.IMAGE_UPLOADING:
+                if refused:
+                    # Stock's direct snapshot takes an unacceptable image
+                    # for a fallback to its copy: refused still.
+                    raise refused[0]
+                try:
+                    for path in paths:
+                        self._check_linked(path)
+                except exception.LinkedTemplateChanged as e:
+                    refused.append(e)
+                    raise
+            return update_task_state(*args, **kwargs)
+
+        return checked_update
+
+    def _rebase_onto_link(self, path: str, disk_path: str) -> None:
+        """Stock's rebase of ``disk_path`` onto the linked template
+        ``path``, its backing format the one the template was accepted in,
+        checked again first; stock's probes the template for it."""
+        fmt = self._check_linked(path)
+        with compute_utils.disk_ops_semaphore:
+            processutils.execute('qemu-img', 'rebase', '-f', 'qcow2',
+                                 '-b', path, '-F', fmt, disk_path)
 
     def cache(self, context: Any, image_id: str) -> bool:
         """Pre-cache the template a new instance of the image would use,
@@ -249,6 +325,9 @@ class TemplateCache:
             decision.native_formats, image_id, disk_format)
         path = os.path.join(self.cache_dir, filename)
         if os.path.exists(path):
+            if os.path.islink(path):
+                # Reported as cached, it must be usable as accepted.
+                self._check_linked(path)
             LOG.info('Image %(image_id)s already cached as %(path)s; '
                      'updating timestamp', {'image_id': image_id,
                                             'path': path})
