@@ -84,6 +84,9 @@ class PoolSnapshots:
             finally:
                 stock.resume_guest_after_snapshot(
                     context, False, power_state, instance, guest)
+            # Between the copy and its upload, as stock's: the driver
+            # checks a linked template the copy read through here
+            # (TemplateCache.checked_snapshot).
             update_task_state(task_state=task_states.IMAGE_UPLOADING,
                               expected_state=task_states.IMAGE_PENDING_UPLOAD)
             with libvirt_utils.file_open(out_path, 'rb') as image_file:

@@ -8,7 +8,8 @@ template_image_handler``, or downloading for a backend that would copy a
 link as a link), and the root disk's template recorded, or a name other
 than the recorded one refused. It pre-caches an image as a build would,
 checks a linked template again before QEMU opens a disk reading through
-it, and removes the rbd pools' templates nothing uses any more.
+it and around each snapshot that reads one, and removes the rbd pools'
+templates nothing uses any more.
 """
 
 from __future__ import annotations

@@ -13,9 +13,11 @@ use of the template names.
 
 The volume belongs to the image's project, which can rewrite it while
 hosts keep it linked: before each disk is made from a linked template its
-content is checked again (:func:`checked`, :func:`check_copy`), and a
-template no longer what was accepted is refused, its link released, never
-followed.
+content is checked again (:func:`checked`, :func:`check_copy`), and so it
+is before every other read of one (a guest's start, a snapshot before its
+copy and before its upload, a live migration's arrival, a precache, a
+rebase: :class:`.TemplateCache`). A template no longer what was accepted
+is refused, never followed.
 
 An image without a cinder location, a volume that cannot be attached or
 connected, or content that would need a conversion (``force_raw_images``
