@@ -1,26 +1,55 @@
 """The move matrix (issue 33): every move between a compute with storage
 pools and one with files, in both directions, of a raw and a qcow2 image,
 with every kind of disk (root, ephemeral, swap, config drive), each leg
-followed by a hard reboot.
+followed by a hard reboot and a snapshot; its guests hostile (issue 54).
 
 Four servers travel (each image from each host); a leg marks every
-writable disk anew (the server stopped, a marker written in the format the
-domain gives QEMU), makes one move, and checks, after the move and again
-after a hard reboot:
+writable disk anew (the server stopped, a marker written at 1 MiB in the
+format the domain gives QEMU), makes one move, and checks, after the move
+and again after a hard reboot:
 
 * the server is in the state it was (``ACTIVE`` or ``SHUTOFF``) on the host
   the move names;
-* each disk the move keeps reads its marker back **in the format the
-  domain gives QEMU**; each disk the move makes anew does not;
+* each disk the move keeps reads back, **in the format the domain gives
+  QEMU**, exactly what its guest wrote (header and marker); each disk the
+  move makes anew does not;
 * a config drive a move copies holds the same bytes; one made anew is an
   ISO 9660 image;
-* each disk's format agrees everywhere: the domain, the file's own header
-  (a qcow2 container or not), stock's ``disk.info`` (files) or the
-  volume's XML (pools), and the nova-imgtype record (its storage, and its
-  per-disk formats);
+* each disk's format agrees everywhere: the domain, the file's own
+  container (a qcow2 header the host wrote, or none), stock's
+  ``disk.info`` (files) or the volume's XML (pools), and the nova-imgtype
+  record (its storage, and its per-disk formats);
 * nothing of the server is left on the host it left, once the move is
   confirmed (or reverted);
-* no SSH session between the computes.
+* no SSH session between the computes;
+
+and after the hard reboot, a snapshot of the server (``server image
+create``) whose Glance image, downloaded, holds no byte of the host file,
+names no other file in the format Glance records, and holds the root
+disk's data as the guest reads them.
+
+**The hostile guest.** Before each move, every raw disk its guest can
+write (by the format the domain gives QEMU, never a probe: root where raw,
+ephemeral, swap; the config drive is a read-only CD-ROM in these domains)
+gets, at offset 0 of what the guest sees, a whole qcow2 image naming
+:data:`HOST_FILE` (a root-only file on each compute, repeating a secret
+line) as its backing file, or as its external raw data file
+(:func:`gate.image.hostile_header`); the marker then goes past it. The
+guest's own data are the header and the marker: whatever takes them for
+qcow2 reads the host file at the same offsets, so the host file's secret
+is looked for in the first :data:`SECRET_SIZE` bytes of every disk as its
+guest reads it, and in the whole snapshot. The container check then takes
+a file's first bytes as the host's own header only when they are not one
+the guest wrote (:func:`_container`).
+
+Which of the two headers: the variant alternates from leg to leg, and the
+two images' servers of a group start on opposite variants (the two groups
+too): every leg, in each direction where its disks are raw, sees both
+variants, one per image, and each server sees both along its journey, at
+no cost in legs. In the gate's default cloud the raw disks are those of
+the servers that start on the files host (the pools host makes qcow2
+overlays, and the moves keep a disk's format): those 14 legs are hostile,
+the other 14 benign.
 
 The servers with the same first host travel side by side (one thread
 each), in step: each leg starts for both once the one before ended for
@@ -35,11 +64,18 @@ import contextlib
 import dataclasses
 import json
 import os
+import shutil
+import subprocess
+import tempfile
 import uuid
 from collections.abc import Callable
+from collections.abc import Collection
+from collections.abc import Iterator
 from collections.abc import Mapping
 from typing import Any
 from xml.etree import ElementTree
+
+from openstack import exceptions as sdk_exceptions
 
 from gate import check_moves
 from gate import checks_base as B
@@ -48,10 +84,34 @@ from gate import image
 #: Nova's names of the disks a leg writes a marker into.
 WRITABLE = ('disk', 'disk.eph0', 'disk.swap')
 CONFIG_DRIVE = 'disk.config'
-QCOW2_MAGIC = '514649fb'                # "QFI\xfb"
+QCOW2_MAGIC = b'QFI\xfb'
 GiB = 1024 ** 3
-COLUMNS = ('image', 'move', 'from', 'to', 'state', 'root', 'ephemeral',
-           'swap', 'config drive', 'record', 'left behind', 'result')
+COLUMNS = ('image', 'move', 'from', 'to', 'state', 'guest', 'root',
+           'ephemeral', 'swap', 'config drive', 'record', 'snapshot',
+           'left behind', 'result')
+#: The formats of the disks a hostile guest writes a qcow2 header into:
+#: those whose guest data are the file's (or volume's) own bytes.
+HOSTILE_FORMATS = frozenset({'raw'})
+#: The root-only file the hostile headers name, on every compute (its own
+#: ``/var/lib/libvirt``, inside its namespace).
+HOST_FILE = '/var/lib/libvirt/gate-host-secret'
+#: The host file's size, and how much of each disk is read for its secret:
+#: a header maps its guest's offsets to the host file's same offsets.
+SECRET_SIZE = image.HOSTILE_SPAN
+#: Where a leg's marker goes: past the hostile header.
+MARKER_OFFSET = image.MiB
+
+
+@dataclasses.dataclass(frozen=True)
+class Hostile:
+    """What the hostile guests of a matrix write, and what they must never
+    read."""
+
+    #: The line :data:`HOST_FILE` repeats: seen anywhere, it leaked.
+    secret: bytes
+    #: Per variant (:data:`gate.image.HOSTILE_VARIANTS`): the header, and
+    #: a file of its bytes that every compute's namespace sees.
+    headers: Mapping[str, tuple[bytes, str]]
 
 
 @dataclasses.dataclass
@@ -66,6 +126,16 @@ class Traveller:
     markers: dict[str, bytes] = dataclasses.field(default_factory=dict)
     drive_digest: str = ''
     rows: list[dict[str, str]] = dataclasses.field(default_factory=list)
+    #: Its guest's header and host file (None: a benign guest).
+    hostile: Hostile | None = None
+    #: The variant of its first leg (:func:`_variant`).
+    variant_base: int = 0
+    #: Legs begun.
+    legs: int = 0
+    #: What its guest wrote at offset 0 of each disk, this leg.
+    headers: dict[str, bytes] = dataclasses.field(default_factory=dict)
+    #: Its root disk as the last check read it: (first bytes, marker).
+    root_seen: tuple[bytes, bytes] = (b'', b'')
 
     @property
     def host(self) -> str:
@@ -199,36 +269,114 @@ EVACUATE = Leg('evacuate', 'ACTIVE', frozenset(), False, True, False,
                lambda t, to: None)
 
 
+# -- the hostile guest --------------------------------------------------------
+
+@contextlib.contextmanager
+def _hostile(cloud: B.Cloud) -> Iterator[Hostile]:
+    """:data:`HOST_FILE` (0600) on every compute, and both headers naming
+    it, in a directory of the cloud's that every namespace sees; all of it
+    removed afterwards."""
+    work = tempfile.mkdtemp(prefix='matrix-hostile-', dir=cloud['base'])
+    try:
+        secret = b'nova-imgtype gate: root-only host file %s\n' % (
+            uuid.uuid4().hex.encode())
+        source = os.path.join(work, 'host-file')
+        fd = os.open(source, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, 'wb') as f:
+            f.write((secret * (SECRET_SIZE // len(secret) + 1))[
+                :SECRET_SIZE])
+        for c in cloud['computes']:
+            B.run_cmd([*c['nsenter'], 'install', '-m', '0600', source,
+                       HOST_FILE])
+        os.unlink(source)
+        headers = {}
+        for variant in image.HOSTILE_VARIANTS:
+            data = image.hostile_header(HOST_FILE, variant)
+            path = os.path.join(work, variant.replace(' ', '-') + '.qcow2')
+            with open(path, 'wb') as f:
+                f.write(data)
+            headers[variant] = (data, path)
+        yield Hostile(secret, headers)
+    finally:
+        for c in cloud['computes']:
+            subprocess.run([*c['nsenter'], 'rm', '-f', HOST_FILE],
+                           capture_output=True, check=False)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _variant(t: Traveller) -> str:
+    """The header its guest writes this leg: the variants alternate from
+    leg to leg, from :attr:`Traveller.variant_base`."""
+    variants = image.HOSTILE_VARIANTS
+    return variants[(t.variant_base + t.legs - 1) % len(variants)]
+
+
 # -- what a leg checks -------------------------------------------------------
 
-def _mark(t: Traveller, status: str) -> None:
-    """New markers in every writable disk, the server then ``status``."""
+def _mark(t: Traveller, status: str, row: dict[str, str]) -> None:
+    """New markers in every writable disk (a hostile guest's header first
+    in each raw one), the server then ``status``."""
     if t.server.status != 'SHUTOFF':
         t.conn.compute.stop_server(t.server)
         t.refresh('SHUTOFF')
-    t.markers = {}
+    t.markers, t.headers = {}, {}
+    variant = _variant(t)
     for d in B.domain_disks(t.cloud, t.server):
-        if d.name in WRITABLE:
-            marker = B.MARKER + d.name.encode() + uuid.uuid4().hex[:6].encode()
-            image.write_marker(d.path, marker, fmt=d.fmt,
-                               argv_prefix=d.compute['nsenter'])
-            t.markers[d.name] = marker
+        if d.name == CONFIG_DRIVE and d.guest_writable:
+            raise B.CheckFailed('the config drive %s is a disk its guest '
+                                'can write: the matrix checks a read-only '
+                                'CD-ROM' % d.path)
+        if d.name not in WRITABLE:
+            continue
+        prefix = d.compute['nsenter']
+        if (t.hostile is not None and d.fmt in HOSTILE_FORMATS and
+                d.guest_writable):
+            data, source = t.hostile.headers[variant]
+            image.write_file(d.path, source, fmt=d.fmt, argv_prefix=prefix)
+            t.headers[d.name] = data
+        marker = B.MARKER + d.name.encode() + uuid.uuid4().hex[:6].encode()
+        image.write_marker(d.path, marker, fmt=d.fmt, argv_prefix=prefix,
+                           offset=MARKER_OFFSET)
+        t.markers[d.name] = marker
     missing = set(WRITABLE) - set(t.markers)
     if missing:
         raise B.CheckFailed('no %s in the domain' % ', '.join(sorted(missing)))
+    row['guest'] = ('%s header in %s' % (variant, ', '.join(
+        n for n in WRITABLE if n in t.headers)) if t.headers
+        else 'benign (no raw disk)')
     t.drive_digest = B.config_drive(t.cloud, t.server)[1]
     if status == 'ACTIVE':
         t.conn.compute.start_server(t.server)
         t.refresh('ACTIVE')
 
 
-def _header(d: B.Disk) -> str:
-    """The container format of the file (or volume) itself: qcow2 when it
-    starts with qcow2's magic. Only the host's view of its own container:
-    a guest writes inside it, never its header."""
-    magic = B.run_cmd([*d.compute['nsenter'], 'od', '-An', '-tx1', '-N4',
-                       d.path]).replace(' ', '').strip()
-    return 'qcow2' if magic == QCOW2_MAGIC else 'raw'
+def _guest_view(t: Traveller, d: B.Disk, where: str) -> bytes:
+    """The disk's first :data:`SECRET_SIZE` bytes as its guest reads them
+    (the format the domain gives QEMU, following whatever that format
+    names), which must hold nothing of the host file."""
+    view = image.read_span(d.path, SECRET_SIZE, fmt=d.fmt,
+                           argv_prefix=d.compute['nsenter'])
+    if t.hostile is not None and t.hostile.secret in view:
+        raise B.CheckFailed('%s: the guest reads the host file %s through '
+                            'its %s %s (%s)' % (where, HOST_FILE, d.kind,
+                                                d.path, d.fmt))
+    return view
+
+
+def _container(d: B.Disk, guest_headers: Collection[bytes] = ()) -> str:
+    """The container format of the file (or volume) itself, from its first
+    bytes read as they are: a qcow2 file starts with the header its host
+    wrote. A raw file starts with its guest's bytes, and a guest writes
+    qcow2 headers too: first bytes that are one of ``guest_headers`` (the
+    hostile guest's, each naming a host file, which no host writes) are
+    its guest's data, so the file is raw; only other bytes are read for
+    qcow2's magic."""
+    length = max([len(h) for h in guest_headers] + [len(QCOW2_MAGIC)])
+    first = image.read_span(d.path, length, fmt='raw',
+                            argv_prefix=d.compute['nsenter'])
+    if any(first[:len(h)] == h for h in guest_headers):
+        return 'raw'
+    return 'qcow2' if first.startswith(QCOW2_MAGIC) else 'raw'
 
 
 def _virtual_size(d: B.Disk) -> int:
@@ -274,15 +422,18 @@ def _check(t: Traveller, leg: Leg, status: str, host: str, when: str,
     record = B.record(t.server)
     recorded = _recorded_formats(record)
     storage = record.get('imgtype_storage', '')
+    # Whichever leg wrote them: a header the guest wrote is its data.
+    guest = ([h for h, _ in t.hostile.headers.values()]
+             if t.hostile is not None else [])
     for name, column in zip(WRITABLE + (CONFIG_DRIVE,),
                             ('root', 'ephemeral', 'swap', 'config drive'),
                             strict=True):
         d = disks.get(name)
         if d is None:
             raise B.CheckFailed('%s: no %s in the domain' % (where, name))
-        header = _header(d)
+        view = _guest_view(t, d, where)
         stored_in, stored = _stored_format(d, t.server)
-        formats = {'domain': d.fmt, 'header': header}
+        formats = {'domain': d.fmt, 'container': _container(d, guest)}
         if stored_in:
             # libvirt's dir pool calls an ISO 9660 file (a config drive)
             # "iso": raw bytes to QEMU.
@@ -313,15 +464,24 @@ def _check(t: Traveller, leg: Leg, status: str, host: str, when: str,
         else:
             marker = t.markers[name]
             got = image.read_marker(d.path, len(marker), fmt=d.fmt,
-                                    argv_prefix=d.compute['nsenter'])
+                                    argv_prefix=d.compute['nsenter'],
+                                    offset=MARKER_OFFSET)
+            header = t.headers.get(name, b'')
             if name in leg.keeps and got != marker:
                 raise B.CheckFailed('%s: the %s %s (%s) reads %r, not %r' % (
                     where, d.kind, d.path, d.fmt, got, marker))
+            if name in leg.keeps and not view.startswith(header):
+                raise B.CheckFailed('%s: the %s %s (%s) does not start with '
+                                    'the %s header its guest wrote' % (
+                                        where, d.kind, d.path, d.fmt,
+                                        _variant(t)))
             if name not in leg.keeps and got == marker:
                 raise B.CheckFailed('%s: the %s %s kept the data of the '
                                     'disk it replaces' % (where, d.kind,
                                                           d.path))
             state = 'kept' if got == marker else 'new'
+            if name == 'disk':
+                t.root_seen = (view, got)
         row[column] = '%s %s %s' % (state, d.fmt, d.kind)
     row['record'] = storage + (' ' + ','.join(
         '%s=%s' % kv for kv in sorted(recorded.items())) if recorded else '')
@@ -338,6 +498,7 @@ def _row(t: Traveller, leg: Leg, source: str, to: str) -> dict[str, str]:
            'to': _kind(t, to),
            'state': leg.status, 'left behind': '', 'result': 'FAIL'}
     t.rows.append(row)
+    t.legs += 1
     return row
 
 
@@ -354,7 +515,96 @@ def _rebooted(t: Traveller, leg: Leg, row: dict[str, str]) -> None:
     t.conn.compute.reboot_server(t.server, 'HARD')
     _check(t, leg, 'ACTIVE', host, 'hard reboot', row)
     row['state'] += ', hard reboot'
+    _snapshot(t, leg, row)
     row['result'] = 'pass'
+
+
+def _snapshot(t: Traveller, leg: Leg, row: dict[str, str]) -> None:
+    """A snapshot of the server (running), its Glance image downloaded and
+    judged (:func:`_judge_snapshot`), then deleted."""
+    where = '%s, the snapshot' % leg.name
+    name = 'gate-matrix-%s' % uuid.uuid4().hex[:8]
+    made = t.conn.compute.create_server_image(t.server, name)
+    path = os.path.join(t.cloud['base'], name)
+    try:
+        img = _image_active(t.conn, made.id, where)
+        t.refresh('ACTIVE')
+        t.conn.image.download_image(img, output=path)
+        row['snapshot'] = _judge_snapshot(
+            path, img.disk_format, t.hostile.secret if t.hostile else b'',
+            t.root_seen, where)
+    finally:
+        t.conn.image.delete_image(made.id, ignore_missing=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
+def _image_active(conn: Any, image_id: str, where: str) -> Any:
+    seen = ['']
+    for _ in B.poll('%s: image %s active' % (where, image_id),
+                    detail=lambda: seen[0]):
+        try:
+            img = conn.image.get_image(image_id)
+        except sdk_exceptions.NotFoundException:
+            raise B.CheckFailed('%s: image %s deleted before it was active '
+                                '(see the compute\'s log)' % (
+                                    where, image_id)) from None
+        seen[0] = str(img.status)
+        if img.status == 'active':
+            return img
+        if img.status in ('killed', 'deleted', 'deactivated'):
+            raise B.CheckFailed('%s: image %s %s' % (where, image_id,
+                                                     img.status))
+    raise AssertionError('unreachable: poll() raises on timeout')
+
+
+def _judge_snapshot(path: str, disk_format: str, secret: bytes,
+                    root_seen: tuple[bytes, bytes], where: str) -> str:
+    """A snapshot's downloaded image: no byte of the host file in it
+    (``secret``, looked for in every byte), no other file named by it in
+    the format Glance records (its backing or data file: the host file
+    copied by reference), and the root disk's data as its guest read them
+    (``root_seen``: its first bytes and its marker), read in that format;
+    the table's cell."""
+    if secret and _file_holds(path, secret):
+        raise B.CheckFailed('%s (%s) holds the host file %s' % (
+            where, disk_format, HOST_FILE))
+    info = json.loads(B.run_cmd(['qemu-img', 'info', '-f', disk_format,
+                                 '--output=json', path]))
+    named = info.get('backing-filename') or info.get(
+        'format-specific', {}).get('data', {}).get('data-file')
+    if named:
+        raise B.CheckFailed('%s (%s) names %s' % (where, disk_format, named))
+    first, marker = root_seen
+    if first:
+        got = image.read_span(path, len(first), fmt=disk_format)
+        if got != first:
+            raise B.CheckFailed('%s (%s) does not start with what the guest '
+                                'reads of its root disk' % (where,
+                                                            disk_format))
+    if marker:
+        got = image.read_span(path, len(marker), fmt=disk_format,
+                              offset=MARKER_OFFSET)
+        if got != marker:
+            raise B.CheckFailed('%s (%s) reads %r at %d, the root disk %r' % (
+                where, disk_format, got, MARKER_OFFSET, marker))
+    return 'clean %s, %.1f MB' % (disk_format,
+                                  os.path.getsize(path) / 1e6)
+
+
+def _file_holds(path: str, needle: bytes, chunk: int = 4 * 1024 * 1024
+                ) -> bool:
+    """Whether ``needle`` is anywhere in the file (read in chunks that
+    overlap by its length)."""
+    keep = len(needle) - 1
+    tail = b''
+    with open(path, 'rb') as f:
+        while block := f.read(chunk):
+            seen = tail + block
+            if needle in seen:
+                return True
+            tail = seen[-keep:] if keep else b''
+    return False
 
 
 def _travel(t: Traveller, leg: Leg, here: str, there: str) -> str:
@@ -363,7 +613,7 @@ def _travel(t: Traveller, leg: Leg, here: str, there: str) -> str:
     to = there if leg.goes else here
     ends = leg.ends(here, there)
     row = _row(t, leg, here, to)
-    _mark(t, leg.status)
+    _mark(t, leg.status, row)
     leg.make(t, to)
     _check(t, leg, leg.status, ends, 'move', row)
     if leg.goes:
@@ -403,8 +653,8 @@ def _evacuate_all(travellers: list[Traveller], source: str,
     to ``dest`` at once, their source brought back; each checked."""
     from gate import evacuation
     rows = [_row(t, EVACUATE, source, dest) for t in travellers]
-    for t in travellers:
-        _mark(t, EVACUATE.status)
+    for t, row in zip(travellers, rows, strict=True):
+        _mark(t, EVACUATE.status, row)
     t0 = travellers[0]
     moved = evacuation.evacuate(t0.cloud, t0.conn,
                                 [t.server for t in travellers], source)
@@ -417,7 +667,7 @@ def _evacuate_all(travellers: list[Traveller], source: str,
             _check(t, EVACUATE, EVACUATE.status, dest, 'move', row)
             _left(t, EVACUATE, source, row)
             _rebooted(t, EVACUATE, row)
-        except B.CheckFailed as e:
+        except Exception as e:  # noqa: BLE001 - the leg's result
             row['result'] = 'FAIL: %s' % e
             failed.append(str(e))
     if failed:
@@ -425,12 +675,16 @@ def _evacuate_all(travellers: list[Traveller], source: str,
 
 
 def _group(cloud: B.Cloud, res: Mapping[str, Any], first: str,
-           other: str) -> list[Traveller]:
+           other: str, hostile: Hostile | None = None,
+           group: int = 0) -> list[Traveller]:
     """A raw and a qcow2 server from ``first``, side by side through every
-    leg, then evacuated together; the travellers (their rows filled)."""
+    leg, then evacuated together; the travellers (their rows filled). Each
+    starts on the variant after the other's (:func:`_variant`), and so
+    does each ``group`` after the one before."""
     from gate import tempest
-    travellers = [Traveller(cloud, tempest.connect(cloud), res, fmt)
-                  for fmt in ('raw', 'qcow2')]
+    travellers = [Traveller(cloud, tempest.connect(cloud), res, fmt,
+                            hostile=hostile, variant_base=i + group)
+                  for i, fmt in enumerate(('raw', 'qcow2'))]
     for t in travellers:
         t.server = t.conn.compute.create_server(
             name='gate-matrix-%s-%s' % (t.fmt, first),
@@ -466,19 +720,30 @@ def _safely(t: Traveller, travel: Callable[..., Any], *args: Any) -> bool:
         return False
 
 
+def _hostile_legs(rows: list[dict[str, str]]) -> str:
+    """``hostile guests in 14 legs (7 backing file, 7 data file)``."""
+    counts = {v: sum(1 for r in rows if r.get('guest', '').startswith(v))
+              for v in image.HOSTILE_VARIANTS}
+    return 'hostile guests in %d legs (%s)' % (sum(counts.values()), ', '.join(
+        '%d %s' % (n, v) for v, n in counts.items()))
+
+
 def check_move_matrix(cloud: B.Cloud, conn: Any,
                       res: Mapping[str, Any]) -> B.Report:
     pools_host, files_host = B.hosts(cloud)
     logins = check_moves._ssh_sessions(cloud)
     rows = []
-    for first, other in ((pools_host, files_host), (files_host, pools_host)):
-        for t in _group(cloud, res, first, other):
-            rows += t.rows
+    with _hostile(cloud) as hostile:
+        for group, (first, other) in enumerate(((pools_host, files_host),
+                                                (files_host, pools_host))):
+            for t in _group(cloud, res, first, other, hostile, group):
+                rows += t.rows
     failed = [r for r in rows if r['result'] != 'pass']
     ssh = check_moves._ssh_sessions(cloud) - logins
-    summary = '%d legs (%d failed), each move then a hard reboot; %s' % (
-        len(rows), len(failed), 'no SSH' if not ssh else
-        '%d SSH session(s)' % ssh)
+    summary = ('%d legs (%d failed), each move then a hard reboot and a '
+               'snapshot; %s; %s' % (
+                   len(rows), len(failed), _hostile_legs(rows),
+                   'no SSH' if not ssh else '%d SSH session(s)' % ssh))
     report = B.Report(summary, COLUMNS,
                       [tuple(r.get(c, '') for c in COLUMNS) for r in rows])
     if failed or ssh:

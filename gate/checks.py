@@ -48,8 +48,10 @@ namespaces: ``qemu-img``, ``virsh``, the image cache) and at placement:
     confirmed, shelve and unshelve, rebuild, evacuation), each followed by
     a hard reboot, between the pools host and the files host in both
     directions, of a raw and a qcow2 image with a root, an ephemeral and a
-    swap disk and a config drive: see :mod:`gate.check_matrix`. Its table
-    goes into the gate's results.
+    swap disk and a config drive, each leg then a snapshot downloaded from
+    Glance; its guests hostile (a qcow2 header naming a root-only host file
+    at offset 0 of every raw disk): see :mod:`gate.check_matrix`. Its
+    table goes into the gate's results.
 
 CLI: ``python -m gate.checks --cloud <base>/cloud.json [--check NAME]``
 prints one line per check and writes ``<base>/checks.json``; exit 1 if any

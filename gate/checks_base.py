@@ -172,6 +172,14 @@ class Disk:
     kind: str
     #: The format the domain gives QEMU (``<driver type>``).
     fmt: str
+    #: Whether the domain gives it read-only (``<readonly/>``).
+    readonly: bool = False
+
+    @property
+    def guest_writable(self) -> bool:
+        """Whether its guest can write it: a disk, not read-only (a config
+        drive is a CD-ROM)."""
+        return self.device == 'disk' and not self.readonly
 
     @property
     def name(self) -> str:
@@ -224,7 +232,8 @@ def domain_disks(cloud: Cloud, server: Any) -> list[Disk]:
                                      capture_output=True, text=True,
                                      check=False)
             kind = 'volume' if by_path.returncode == 0 else 'file'
-        found.append(Disk(c, dev, device, path, kind, fmt))
+        found.append(Disk(c, dev, device, path, kind, fmt,
+                          disk.find('readonly') is not None))
     return found
 
 

@@ -20,6 +20,12 @@ back after it (:func:`write_marker`, :func:`read_marker`) at
 may only resolve inside a compute's mount namespace: ``argv_prefix``) are
 handled alike. Write only while no QEMU holds the disk (server SHUTOFF).
 
+A hostile guest (the move matrix's, :mod:`gate.check_matrix`) also writes
+at offset 0 of its raw disks a whole qcow2 image naming a host file as its
+backing file or as its external data file (:func:`hostile_header`), through
+:func:`write_file`; :func:`read_span` reads what a guest sees, in the
+format named.
+
 CLI::
 
     python -m gate.image make OUT [--format raw|qcow2|vhdx]
@@ -223,6 +229,68 @@ def disk_format(path: StrPath, argv_prefix: Sequence[str] = ()) -> str:
     return str(json.loads(out)['format'])
 
 
+#: The ways :func:`hostile_header` names a host file: the qcow2 image's
+#: backing file, or its external data file (``data_file_raw=on``).
+HOSTILE_VARIANTS = ('backing file', 'data file')
+#: :func:`hostile_header`'s length: its qcow2 image (small clusters) padded
+#: with zeros, so that each variant covers the other's bytes.
+HOSTILE_SPAN = 64 * 1024
+#: The virtual size of the hostile image: whoever takes it for qcow2 reads
+#: the host file's first bytes at the same offsets of the guest's disk.
+HOSTILE_SIZE = MiB
+
+
+def hostile_header(host_file: str, variant: str) -> bytes:
+    """A whole qcow2 image of :data:`HOSTILE_SIZE` virtual bytes, padded to
+    :data:`HOSTILE_SPAN`, that a guest writes at offset 0 of a raw disk:
+    whoever takes the disk for qcow2 reads ``host_file`` through it, as
+    its backing file (``variant`` ``'backing file'``) or as its external
+    raw data file (``'data file'``: the L2 tables map every cluster, so no
+    backing-name check sees it).
+
+    ``host_file`` is only named, never opened (it need not exist here):
+    ``qemu-img create`` would create, so truncate, a data file it is
+    given, so the image is made with a scratch one, then amended.
+    """
+    if variant not in HOSTILE_VARIANTS:
+        raise ValueError('variant %r: one of %s' % (variant,
+                                                   HOSTILE_VARIANTS))
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, 'hostile.qcow2')
+        opts = 'cluster_size=4096'
+        if variant == 'backing file':
+            _run(['qemu-img', 'create', '-q', '-f', 'qcow2', '-u', '-b',
+                  host_file, '-F', 'raw', '-o', opts, out,
+                  str(HOSTILE_SIZE)])
+        else:
+            scratch = os.path.join(tmp, 'scratch.data')
+            _run(['qemu-img', 'create', '-q', '-f', 'qcow2', '-o',
+                  '%s,data_file=%s,data_file_raw=on' % (opts, scratch),
+                  out, str(HOSTILE_SIZE)])
+            _run(['qemu-img', 'amend', '-q', '-f', 'qcow2', '-o',
+                  'data_file=%s' % host_file, out])
+        with open(out, 'rb') as f:
+            data = f.read()
+    if len(data) > HOSTILE_SPAN:
+        raise RuntimeError('the hostile qcow2 image is %d bytes, more than '
+                           '%d' % (len(data), HOSTILE_SPAN))
+    return data.ljust(HOSTILE_SPAN, b'\0')
+
+
+def write_file(path: StrPath, source: StrPath, *, fmt: str,
+               argv_prefix: Sequence[str] = (), offset: int = 0) -> None:
+    """Write the bytes of the file ``source`` into the guest data of the
+    disk at ``path`` from ``offset``, in format ``fmt`` (the domain's, as
+    for :func:`write_marker`). ``source`` must be seen at the same path
+    where ``argv_prefix`` enters. The disk must not be in use."""
+    source = os.fspath(source)
+    if any(c.isspace() for c in source):
+        raise ValueError('qemu-io splits its commands on blanks: %r'
+                         % source)
+    _run([*argv_prefix, 'qemu-io', '-f', fmt, '-c', 'write -q -s %s %d %d'
+          % (source, offset, os.path.getsize(source)), os.fspath(path)])
+
+
 def write_marker(path: StrPath, marker: bytes | str, *, fmt: str,
                  argv_prefix: Sequence[str] = (),
                  offset: int = MARKER_OFFSET) -> None:
@@ -268,12 +336,28 @@ def read_marker(path: StrPath, length: int, *, fmt: str,
     backing chain; shared lock, so a running guest's disk can be read."""
     if not 0 < length <= MARKER_MAX:
         raise ValueError('length of 1 to %d bytes' % MARKER_MAX)
+    return read_span(path, length, fmt=fmt, argv_prefix=argv_prefix,
+                     offset=offset)
+
+
+#: :func:`read_span` reads through a hex dump: a few hundred KiB at most.
+SPAN_MAX = 1024 * 1024
+
+
+def read_span(path: StrPath, length: int, *, fmt: str,
+              argv_prefix: Sequence[str] = (), offset: int = 0) -> bytes:
+    """``length`` bytes at ``offset`` of what a guest sees of the disk at
+    ``path`` when QEMU is given it in format ``fmt``, as
+    :func:`read_marker` reads them (``fmt='raw'``: the file's own
+    bytes)."""
+    if not 0 < length <= SPAN_MAX:
+        raise ValueError('length of 1 to %d bytes' % SPAN_MAX)
     out = _run([*argv_prefix, 'qemu-io', '-r', '-U', '-f', fmt, '-c',
                 'read -v %d %d' % (offset, length), os.fspath(path)])
     data = parse_qemu_io_dump(out)
     if len(data) != length:
         raise RuntimeError('qemu-io read %d bytes, wanted %d: %s'
-                           % (len(data), length, out))
+                           % (len(data), length, out[-2000:]))
     return data
 
 

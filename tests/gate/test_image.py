@@ -191,3 +191,46 @@ def test_boots_and_prints_login(daemon: object, fmt: str) -> None:
         if dom is not None:
             libvirtd.destroy_domain(dom)
         conn.close()
+
+
+@pytest.mark.parametrize('variant', image.HOSTILE_VARIANTS)
+def test_a_hostile_header_reads_the_host_file_only_when_taken_for_qcow2(
+        tmp_path: pathlib.Path, variant: str) -> None:
+    """What the move matrix's hostile guest writes at offset 0 of its raw
+    disks is a real attack: read as raw (the format the domain gives QEMU)
+    the guest gets its own bytes back; taken for qcow2, the host file."""
+    secret = b'root-only host file\n' * 100
+    host_file = tmp_path / 'host-file'
+    host_file.write_bytes(secret)
+    host_file.chmod(0o600)
+    header = image.hostile_header(str(host_file), variant)
+    assert len(header) == image.HOSTILE_SPAN
+    assert header.startswith(b'QFI\xfb')
+    # Only named: the host file is neither made nor truncated.
+    assert host_file.read_bytes() == secret
+    source = tmp_path / 'header'
+    source.write_bytes(header)
+    disk = tmp_path / 'guest.raw'
+    disk.write_bytes(bytes(4 * MiB))
+    image.write_file(disk, source, fmt='raw')
+    image.write_marker(disk, b'guest data', fmt='raw', offset=MiB)
+    assert image.read_span(disk, len(header), fmt='raw') == header
+    assert image.read_marker(disk, 10, fmt='raw',
+                             offset=MiB) == b'guest data'
+    info = subprocess.run(['qemu-img', 'info', '-f', 'qcow2', disk],
+                          capture_output=True, text=True, check=True).stdout
+    assert str(host_file) in info
+    leaked = image.read_span(disk, len(secret), fmt='qcow2')
+    assert leaked == secret
+    assert host_file.read_bytes() == secret
+
+
+def test_a_hostile_header_names_one_of_two_ways() -> None:
+    with pytest.raises(ValueError, match='variant'):
+        image.hostile_header('/x', 'compressed')
+
+
+def test_a_file_written_from_needs_no_blank_in_its_name(
+        tmp_path: pathlib.Path) -> None:
+    with pytest.raises(ValueError, match='blanks'):
+        image.write_file(tmp_path / 'd', tmp_path / 'a b', fmt='raw')

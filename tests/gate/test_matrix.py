@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import pathlib
+import subprocess
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
@@ -14,7 +16,10 @@ import pytest
 from gate import check_matrix as M
 from gate import checks
 from gate import checks_base as B
+from gate import image
 from gate import results
+
+MiB = 1024 * 1024
 
 
 def _disk(path: str, kind: str = 'file') -> B.Disk:
@@ -51,7 +56,7 @@ class _Cloud:
         self.moves: list[tuple[str, str, str]] = []
         self.checked: list[tuple[str, str]] = []
         self.left: list[tuple[str, str]] = []
-        monkeypatch.setattr(M, '_mark', lambda t, status: None)
+        monkeypatch.setattr(M, '_mark', lambda t, status, row: None)
 
         def check(t: Any, leg: M.Leg, status: str, host: str, when: str,
                   row: dict[str, str]) -> None:
@@ -178,3 +183,276 @@ def test_only_the_named_checks_run_and_a_wrong_name_is_said(tmp_path,
     assert ran == ['b']
     with pytest.raises(ValueError, match="no check c .checks: a, b."):
         checks.run(str(cloud), ['c'])
+
+
+# -- the hostile guest --------------------------------------------------------
+
+def test_every_leg_sees_both_headers_and_every_server_too():
+    """The variant alternates per leg, the two images of a group start on
+    opposite ones, and so do the two groups: each leg (in each group, so in
+    each of its directions) has one image's guest write a backing-file
+    header and the other's a data-file header; each server writes both
+    along its journey; each image on each leg writes both across the two
+    groups."""
+    legs = len(M.LEGS) + 1                        # the evacuation too
+    seen = {}
+    for group in (0, 1):
+        for i, fmt in enumerate(('raw', 'qcow2')):
+            t = M.Traveller(CLOUD, None, {}, fmt, variant_base=i + group)
+            for leg in range(legs):
+                M._row(t, M.LEGS[0], 'pools', 'files')
+                seen[group, fmt, leg] = M._variant(t)
+            assert {seen[group, fmt, n] for n in range(legs)} == set(
+                image.HOSTILE_VARIANTS)
+    for group in (0, 1):
+        for leg in range(legs):
+            assert seen[group, 'raw', leg] != seen[group, 'qcow2', leg]
+    for fmt in ('raw', 'qcow2'):
+        for leg in range(legs):
+            assert seen[0, fmt, leg] != seen[1, fmt, leg]
+
+
+SECRET = b'nova-imgtype gate: root-only host file 0123\n'
+
+
+@pytest.fixture
+def hostile(tmp_path: pathlib.Path) -> M.Hostile:
+    """Both headers, naming a host file of the test's that repeats
+    :data:`SECRET`."""
+    host_file = tmp_path / 'host-file'
+    host_file.write_bytes((SECRET * (M.SECRET_SIZE // len(SECRET) + 1))[
+        :M.SECRET_SIZE])
+    headers = {}
+    for variant in image.HOSTILE_VARIANTS:
+        data = image.hostile_header(str(host_file), variant)
+        path = tmp_path / (variant.replace(' ', '-') + '.qcow2')
+        path.write_bytes(data)
+        headers[variant] = (data, str(path))
+    return M.Hostile(SECRET, headers)
+
+
+LOCAL = {'nsenter': [], 'host': 'files'}
+
+
+def _local(path: pathlib.Path, fmt: str = 'raw', device: str = 'disk',
+           size: int = 4 * MiB, target: str = 'vda') -> B.Disk:
+    if not path.exists():
+        if fmt == 'raw':
+            path.write_bytes(b'')
+            with open(path, 'r+b') as f:
+                f.truncate(size)
+        else:
+            subprocess.run(['qemu-img', 'create', '-q', '-f', fmt,
+                            str(path), str(size)], check=True)
+    return B.Disk(LOCAL, target, device, str(path), 'file', fmt)
+
+
+def _domain(tmp_path: pathlib.Path, root_fmt: str = 'raw',
+            drive: str = 'cdrom') -> list[B.Disk]:
+    """A files host's domain: raw disks (the root in ``root_fmt``), a
+    config drive."""
+    return [_local(tmp_path / 'disk', root_fmt),
+            _local(tmp_path / 'disk.eph0', target='vdb'),
+            _local(tmp_path / 'disk.swap', target='vdc'),
+            _local(tmp_path / 'disk.config', device=drive, target='sda')]
+
+
+def _traveller(hostile: M.Hostile | None, monkeypatch: pytest.MonkeyPatch,
+               disks: list[B.Disk]) -> M.Traveller:
+    server = SimpleNamespace(id='u-1', status='SHUTOFF', task_state=None,
+                             compute_host='files',
+                             flavor=SimpleNamespace(disk=0, ephemeral=0))
+    monkeypatch.setattr(B, 'domain_disks', lambda cloud, s: list(disks))
+    monkeypatch.setattr(B, 'config_drive', lambda cloud, s: ('', 'iso'))
+    monkeypatch.setattr(B, 'wait', lambda conn, s, status: s)
+    monkeypatch.setattr(B, 'record', lambda s: {
+        'imgtype_storage': 'legacy'})
+    monkeypatch.setattr(M, '_stored_format', lambda d, s: (
+        'disk.info', d.fmt))
+    monkeypatch.setattr(M, '_virtual_size', lambda d: 0)
+    t = M.Traveller({'computes': [LOCAL, *CLOUD['computes']]}, None, {},
+                    'raw',
+                    server=server, hostile=hostile)
+    M._row(t, M.LEGS[1], 'files', 'pools')
+    return t
+
+
+def test_a_hostile_guest_writes_a_header_into_each_raw_disk_it_can_write(
+        tmp_path, hostile, monkeypatch):
+    disks = _domain(tmp_path)
+    disks[2] = dataclasses.replace(disks[2], fmt='qcow2')
+    subprocess.run(['qemu-img', 'convert', '-f', 'raw', '-O', 'qcow2',
+                    disks[2].path, str(tmp_path / 'swap.qcow2')], check=True)
+    pathlib.Path(disks[2].path).write_bytes(
+        (tmp_path / 'swap.qcow2').read_bytes())
+    t = _traveller(hostile, monkeypatch, disks)
+    row = t.rows[-1]
+    M._mark(t, 'SHUTOFF', row)
+    header, _ = hostile.headers[M._variant(t)]
+    # The raw disks, as their guest reads them: the header, then the
+    # marker past it.
+    assert set(t.headers) == {'disk', 'disk.eph0'}
+    for d in disks[:2]:
+        assert image.read_span(d.path, len(header), fmt='raw') == header
+        assert image.read_marker(d.path, len(t.markers[d.name]), fmt='raw',
+                                 offset=M.MARKER_OFFSET) == t.markers[
+                                     d.name]
+    # A qcow2 disk: its guest's data hold only the marker (its file's
+    # header is the host's); the config drive (a CD-ROM) nothing.
+    swap = disks[2]
+    assert image.read_span(swap.path, 4, fmt='raw') == b'QFI\xfb'
+    assert image.read_span(swap.path, 64, fmt='qcow2') == bytes(64)
+    assert image.read_marker(swap.path, len(t.markers['disk.swap']),
+                             fmt='qcow2', offset=M.MARKER_OFFSET) == (
+                                 t.markers['disk.swap'])
+    assert pathlib.Path(disks[3].path).read_bytes() == bytes(4 * MiB)
+    assert row['guest'] == '%s header in disk, disk.eph0' % M._variant(t)
+
+
+def test_a_benign_guest_writes_markers_only(tmp_path, monkeypatch):
+    disks = _domain(tmp_path)
+    t = _traveller(None, monkeypatch, disks)
+    M._mark(t, 'SHUTOFF', t.rows[-1])
+    assert t.headers == {} and set(t.markers) == set(M.WRITABLE)
+    assert t.rows[-1]['guest'] == 'benign (no raw disk)'
+    assert image.read_span(disks[0].path, 64, fmt='raw') == bytes(64)
+
+
+def test_a_config_drive_its_guest_can_write_is_said(tmp_path, hostile,
+                                                     monkeypatch):
+    t = _traveller(hostile, monkeypatch, _domain(tmp_path, drive='disk'))
+    with pytest.raises(B.CheckFailed, match='config drive .* can write'):
+        M._mark(t, 'SHUTOFF', t.rows[-1])
+
+
+def _leg(keeps: frozenset[str] = M.ALL) -> M.Leg:
+    return M.Leg('cold migration', 'SHUTOFF', keeps, True, True, False,
+                 lambda t, to: None)
+
+
+def test_a_hostile_guest_reads_back_what_it_wrote_in_the_domains_format(
+        tmp_path, hostile, monkeypatch):
+    t = _traveller(hostile, monkeypatch, _domain(tmp_path))
+    row = t.rows[-1]
+    M._mark(t, 'SHUTOFF', row)
+    M._check(t, _leg(), 'SHUTOFF', 'files', 'move', row)
+    assert row['root'] == 'kept raw file'
+    assert row['ephemeral'] == 'kept raw file'
+    assert t.root_seen[0] == hostile.headers[M._variant(t)][0]
+
+
+def test_a_raw_disk_given_to_qemu_as_qcow2_leaks_the_host_file_and_is_said(
+        tmp_path, hostile, monkeypatch):
+    """What issue 54 found after a cold move to a files host: the guest's
+    header taken for the disk's format. Read as the domain gives it, the
+    guest sees the host file."""
+    disks = _domain(tmp_path)
+    t = _traveller(hostile, monkeypatch, disks)
+    M._mark(t, 'SHUTOFF', t.rows[-1])
+    disks[0] = dataclasses.replace(disks[0], fmt='qcow2')
+    with pytest.raises(B.CheckFailed, match='reads the host file .* '
+                       'through its file .*/disk .qcow2.'):
+        M._check(t, _leg(), 'SHUTOFF', 'files', 'move', t.rows[-1])
+
+
+def test_a_raw_disk_said_qcow2_by_its_storage_disagrees(
+        tmp_path, hostile, monkeypatch):
+    """disk.info says qcow2 of a raw disk whose guest wrote a qcow2 header:
+    the header is the guest's, the file raw, the formats disagree (the
+    magic of the guest's bytes decides nothing)."""
+    t = _traveller(hostile, monkeypatch, _domain(tmp_path))
+    M._mark(t, 'SHUTOFF', t.rows[-1])
+    monkeypatch.setattr(M, '_stored_format', lambda d, s: (
+        'disk.info', 'qcow2' if d.name == 'disk' else d.fmt))
+    with pytest.raises(B.CheckFailed, match="disagree: .*'container': 'raw'"
+                       ".*'disk.info': 'qcow2'"):
+        M._check(t, _leg(), 'SHUTOFF', 'files', 'move', t.rows[-1])
+
+
+def test_a_kept_disk_that_lost_its_guests_header_is_said(
+        tmp_path, hostile, monkeypatch):
+    disks = _domain(tmp_path)
+    t = _traveller(hostile, monkeypatch, disks)
+    M._mark(t, 'SHUTOFF', t.rows[-1])
+    with open(disks[1].path, 'r+b') as f:
+        f.write(bytes(512))
+    with pytest.raises(B.CheckFailed, match='disk.eph0 .raw. does not start '
+                       'with the .* header its guest wrote'):
+        M._check(t, _leg(), 'SHUTOFF', 'files', 'move', t.rows[-1])
+
+
+def test_the_container_is_the_hosts_header_never_the_guests(tmp_path,
+                                                            hostile):
+    guest = [h for h, _ in hostile.headers.values()]
+    raw = _local(tmp_path / 'raw')
+    assert M._container(raw, guest) == 'raw'
+    source = hostile.headers['data file'][1]
+    image.write_file(raw.path, source, fmt='raw')
+    # The guest's own header: its data, in a raw file...
+    assert M._container(raw, guest) == 'raw'
+    # ...which, not known as the guest's, reads as a qcow2 container.
+    assert M._container(raw) == 'qcow2'
+    # A qcow2 file: the header its host wrote.
+    assert M._container(_local(tmp_path / 'q', 'qcow2'), guest) == 'qcow2'
+    # Another qcow2 header at the start of a raw file (one the host made,
+    # not the guest) is a qcow2 container.
+    other = _local(tmp_path / 'other')
+    image.write_file(other.path, _local(tmp_path / 'q2', 'qcow2').path,
+                     fmt='raw')
+    assert M._container(other, guest) == 'qcow2'
+
+
+def _guest_disk(tmp_path: pathlib.Path, hostile: M.Hostile,
+                variant: str) -> tuple[pathlib.Path, bytes, bytes]:
+    disk = tmp_path / 'root.raw'
+    disk.write_bytes(bytes(4 * MiB))
+    header, source = hostile.headers[variant]
+    image.write_file(disk, source, fmt='raw')
+    marker = b'root marker'
+    image.write_marker(disk, marker, fmt='raw', offset=M.MARKER_OFFSET)
+    return disk, header, marker
+
+
+@pytest.mark.parametrize('variant', image.HOSTILE_VARIANTS)
+def test_a_snapshot_of_the_guests_data_is_clean(tmp_path, hostile, variant):
+    disk, header, marker = _guest_disk(tmp_path, hostile, variant)
+    snap = tmp_path / 'snap.qcow2'
+    subprocess.run(['qemu-img', 'convert', '-f', 'raw', '-O', 'qcow2',
+                    str(disk), str(snap)], check=True)
+    cell = M._judge_snapshot(str(snap), 'qcow2', SECRET, (header, marker),
+                             'snapshot')
+    assert cell.startswith('clean qcow2, ')
+
+
+@pytest.mark.parametrize('variant', image.HOSTILE_VARIANTS)
+@pytest.mark.parametrize('compress', [False, True])
+def test_a_snapshot_that_followed_the_guests_header_is_said(
+        tmp_path, hostile, variant, compress):
+    """A snapshot made by taking the raw disk for qcow2 copies the host
+    file: seen in its bytes, or (compressed) in what it holds."""
+    disk, header, marker = _guest_disk(tmp_path, hostile, variant)
+    snap = tmp_path / 'snap.qcow2'
+    subprocess.run(['qemu-img', 'convert', *(['-c'] if compress else []),
+                    '-f', 'qcow2', '-O', 'qcow2', str(disk), str(snap)],
+                   check=True)
+    with pytest.raises(B.CheckFailed, match='holds the host file|does not '
+                       'start with what the guest reads'):
+        M._judge_snapshot(str(snap), 'qcow2', SECRET, (header, marker),
+                          'snapshot')
+
+
+def test_a_snapshot_naming_a_host_file_is_said(tmp_path, hostile):
+    disk, header, marker = _guest_disk(tmp_path, hostile, 'backing file')
+    # The guest's header itself, given to Glance as qcow2.
+    snap = tmp_path / 'snap.qcow2'
+    snap.write_bytes(header)
+    with pytest.raises(B.CheckFailed, match='names .*host-file'):
+        M._judge_snapshot(str(snap), 'qcow2', b'', (b'', b''), 'snapshot')
+
+
+def test_a_secret_is_found_across_chunks(tmp_path):
+    path = tmp_path / 'f'
+    path.write_bytes(b'x' * 10 + b'SECRET' + b'y' * 10)
+    for chunk in range(1, 20):
+        assert M._file_holds(str(path), b'SECRET', chunk)
+    assert not M._file_holds(str(path), b'SECRETS', 4)
