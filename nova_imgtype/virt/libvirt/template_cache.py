@@ -272,8 +272,8 @@ class TemplateCache:
         copied, before it is uploaded: the returned ``update_task_state``
         checks them at each move to ``image_uploading``, which every
         snapshot (stock's, :class:`.PoolSnapshots`) makes between its copy
-        and its upload. A refusal is final for the snapshot: the copy is
-        never uploaded (stock's and ours remove it), the disk is untouched.
+        and its upload. A refused copy is never uploaded (stock's snapshot
+        and ours remove it), and the disk is untouched.
 
         :raises LinkedTemplateChanged: naming the image and what changed.
         """
@@ -282,21 +282,12 @@ class TemplateCache:
             self._check_linked(path)
         if not paths:
             return update_task_state
-        refused: list[exception.LinkedTemplateChanged] = []
 
         def checked_update(*args: Any, **kwargs: Any) -> Any:
             state = kwargs.get('task_state', args[0] if args else None)
             if state == task_states.IMAGE_UPLOADING:
-                if refused:
-                    # Stock's direct snapshot takes an unacceptable image
-                    # for a fallback to its copy: refused still.
-                    raise refused[0]
-                try:
-                    for path in paths:
-                        self._check_linked(path)
-                except exception.LinkedTemplateChanged as e:
-                    refused.append(e)
-                    raise
+                for path in paths:
+                    self._check_linked(path)
             return update_task_state(*args, **kwargs)
 
         return checked_update
