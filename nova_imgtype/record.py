@@ -73,10 +73,15 @@ CONFIG_DRIVE = 'imgtype_config_drive'
 #: storage pool again. Another host (a move to one that keeps nova-imgtype)
 #: ignores it.
 WAY_BACK = 'imgtype_way_back'
+#: The move back to stock's layout under way on :data:`WAY_BACK`'s host
+#: (:class:`WayBackMove`): saved before the first file moves, dropped with
+#: the last step's record, so that a run that finds it (a move killed half
+#: way) finishes the move instead of taking the record for done.
+WAY_BACK_MOVE = 'imgtype_way_back_move'
 
 #: Every key of the record.
 KEYS = (BACKEND, NATIVE, STORAGE, POOL, POOL_LOCATION, DISK_FORMATS,
-        CONFIG_DRIVE, ARRIVAL, IMAGE, TEMPLATE, WAY_BACK)
+        CONFIG_DRIVE, ARRIVAL, IMAGE, TEMPLATE, WAY_BACK, WAY_BACK_MOVE)
 
 POOLS = 'pools'
 LEGACY = 'legacy'
@@ -183,6 +188,38 @@ def going_back(meta: Mapping[str, str], host: str) -> bool:
     """Whether the instance is on its way back to stock's driver on
     ``host`` (:data:`WAY_BACK`)."""
     return bool(host) and meta.get(WAY_BACK) == host
+
+
+@dataclasses.dataclass(frozen=True)
+class WayBackMove:
+    """A move back to stock's layout under way (:data:`WAY_BACK_MOVE`):
+    the backend stock's driver serves the instance with, the disks moved
+    (their names as stock's files) and those converted to qcow2."""
+
+    target: str
+    disks: tuple[str, ...]
+    to_qcow2: tuple[str, ...] = ()
+
+
+def way_back_move(meta: Mapping[str, str]) -> WayBackMove | None:
+    """The move back to stock's layout under way, or None."""
+    target, sep, disks = (meta.get(WAY_BACK_MOVE) or '').partition(':')
+    if not sep or not target:
+        return None
+    names = [d.partition('>') for d in disks.split(',') if d]
+    return WayBackMove(target, tuple(n for n, _s, _f in names),
+                       tuple(n for n, s, _f in names if s))
+
+
+def set_way_back_move(instance: Any, move: WayBackMove | None) -> None:
+    """Record (or with None, drop) the move back to stock's layout under
+    way (the caller saves the instance)."""
+    value = None
+    if move is not None:
+        value = '%s:%s' % (move.target, ','.join(
+            n + ('>qcow2' if n in move.to_qcow2 else '')
+            for n in move.disks))
+    _set(instance.system_metadata, WAY_BACK_MOVE, value)
 
 
 def set_value(instance: Any, key: str, value: str | None) -> bool:

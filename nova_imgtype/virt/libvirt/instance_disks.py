@@ -202,10 +202,13 @@ class InstanceDisks:
             self, instances: list[objects.Instance]) -> None:
         """Finish the moves into a dir pool that a crash interrupted: the
         record says "pools" and disk files are still in the instance
-        directory."""
+        directory. Not those on their way back to stock's layout: files
+        there are a way back cut short, which goes on (:mod:`.way_back`)."""
         for inst in instances:
             decision = self._resolver.recorded(inst)
-            if decision is None or decision.storage != resolver_mod.POOLS:
+            if (decision is None or decision.storage != resolver_mod.POOLS
+                    or record_mod.going_back(inst.system_metadata,
+                                             self._conf.host)):
                 continue
             instance_dir = libvirt_utils.get_instance_path(inst)
             names = pool_dir.legacy_files(instance_dir)

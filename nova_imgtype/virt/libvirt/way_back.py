@@ -17,8 +17,13 @@ back to stock's layout (``nova-imgtype prepare-uninstall``):
   format named): stock's Qcow2 backend gives QEMU every disk as qcow2.
 
 Every format comes from the instance's record (or stock's ``disk.info``),
-never from the bytes of a disk. The record says the new layout before any
-file moves, and is put back when a move fails. The command moves a
+never from the bytes of a disk. Before any file moves, the record says
+that the move is under way (:data:`~nova_imgtype.record.WAY_BACK_MOVE`:
+the disks, those converted, each disk's format); each step is saved before
+the next and can be done again, so a move cut short (the process killed)
+is finished by the next run, or the next hard reboot, never taken for
+done. A move out of the pool that fails puts back the files and the
+record. The command moves a
 stopped instance at once, while nova-compute is down (it checks). A
 running one is marked (:data:`~nova_imgtype.record.WAY_BACK`, this host's
 name): nova-compute, still nova-imgtype's, moves it at its next hard
@@ -66,6 +71,7 @@ TO_FILES = 'disks out of storage pool %s into files'
 RECORD_ONLY = 'disks kept where they are: %s'
 TO_QCOW2 = '%s converted to qcow2'
 FORMATS = 'formats of its files written in disk.info from the record'
+UNDER_WAY = 'its interrupted move back to stock\'s %s backend finished'
 
 _MOVE_AWAY = ('move it to a host that keeps nova-imgtype (openstack server '
               'migrate)')
@@ -123,7 +129,7 @@ class WayBack:
         if decision is None:
             return finding(READY, 'no nova-imgtype record: stock made it')
         try:
-            steps = self._steps(instance, decision)
+            steps = self._steps(instance, decision, self._under_way(instance))
         except _Left as e:
             return finding(LEFT, '%s: %s' % (e, _MOVE_AWAY))
         if not steps:
@@ -154,6 +160,8 @@ class WayBack:
         if not record_mod.going_back(instance.system_metadata,
                                      self._conf.host):
             return False        # the usual case: nothing more is read
+        if self._under_way(instance) is not None:
+            return True
         decision = self._resolver.recorded(instance)
         if decision is None:
             return False
@@ -162,6 +170,15 @@ class WayBack:
         except _Left:
             return False
 
+    def _under_way(self, instance: objects.Instance
+                   ) -> record_mod.WayBackMove | None:
+        """The move back to stock's layout that a run on this host began
+        and did not finish, or None."""
+        if not record_mod.going_back(instance.system_metadata,
+                                     self._conf.host):
+            return None
+        return record_mod.way_back_move(instance.system_metadata)
+
     def take_back(self, instance: objects.Instance) -> None:
         """Move the instance, its guest stopped, back to stock's layout
         (at the hard reboot of an instance marked by :meth:`review`)."""
@@ -169,11 +186,15 @@ class WayBack:
         self._move(instance, decision)
 
     def _steps(self, instance: objects.Instance,
-               decision: record_mod.BackendDecision) -> list[str]:
-        """The moves that take the instance back, as words.
+               decision: record_mod.BackendDecision,
+               move: record_mod.WayBackMove | None = None) -> list[str]:
+        """The moves that take the instance back, as words (what is left
+        of ``move``, one under way).
 
         :raises _Left: none does.
         """
+        if move is not None:
+            return self._steps_left(instance, decision, move)
         stock = self.stock_backend()
         files = decision.backend in resolver_mod.FILE_BACKENDS
         steps = []
@@ -209,6 +230,24 @@ class WayBack:
             if other:
                 steps.append(TO_QCOW2 % ', '.join(
                     '%s (%s)' % item for item in other))
+        return steps
+
+    @staticmethod
+    def _steps_left(instance: objects.Instance,
+                    decision: record_mod.BackendDecision,
+                    move: record_mod.WayBackMove) -> list[str]:
+        """What is left of a move under way, as words (never nothing: its
+        last step drops the mark)."""
+        steps = [UNDER_WAY % move.target]
+        if decision.storage == resolver_mod.POOLS:
+            steps.append(TO_FILES % decision.pool)
+        instance_dir = libvirt_utils.get_instance_path(instance)
+        left = [n for n in move.to_qcow2
+                if decision.volume_format(n) != 'qcow2' or
+                os.path.exists(_qcow_tmp(os.path.join(instance_dir, n)))]
+        if left:
+            steps.append(TO_QCOW2 % ', '.join(left))
+        steps.append(FORMATS)
         return steps
 
     def _stock_names(self, decision: record_mod.BackendDecision) -> bool:
@@ -261,82 +300,154 @@ class WayBack:
 
     def _move(self, instance: objects.Instance,
               decision: record_mod.BackendDecision) -> None:
-        """Take a stopped instance back to stock's layout.
+        """Take a stopped instance back to stock's layout, or finish the
+        move a run cut short began.
 
-        The record says each new layout before the disks change: stock's
-        files, then each raw disk converted to qcow2 (one at a time, so
-        that whatever happens, the record says what each disk is). A
-        failure of the move out of the pool puts back the files and the
-        record; a failed conversion leaves the disks converted so far
-        recorded as qcow2 (running the command again converts the rest).
+        The record says first that the move is under way (the disks, those
+        to convert, each disk's format), then each step is saved before
+        the next: the disks out of the pool (their ``disk.info`` written
+        from the record), stock's files recorded, each conversion to
+        qcow2, the mark dropped with the last record. A failure of the
+        move out of the pool puts back the files and the record; a later
+        failure leaves the mark, and the next run goes on from there.
         """
-        stock = self.stock_backend()
-        files = decision.backend in resolver_mod.FILE_BACKENDS
-        formats = self._formats(instance, decision) if files else {}
-        convert = (self._not_qcow2(instance, decision)
-                   if files and stock == 'qcow2' else [])
-        pool = (self._disks.instance_pool(instance)
-                if files and decision.storage == resolver_mod.POOLS else None)
         instance_dir = libvirt_utils.get_instance_path(instance)
-        back = self._resolver.with_storage(decision, resolver_mod.LEGACY)
-        self._resolver.record(instance, back)
-        # This host never moves it into a pool again.
-        record_mod.set_value(instance, record_mod.WAY_BACK, self._conf.host)
-        instance.save()
-        released: list[str] = []
-        try:
-            if pool is not None:
-                released = pool_dir.release(pool, instance, instance_dir)
-            if files:
-                pool_dir.write_formats(instance_dir, formats)
-        except Exception:
-            with excutils.save_and_reraise_exception():
-                if released:
-                    pool_dir.adopt(pool, instance, instance_dir, released)
-                self._resolver.record(instance, decision)
-                record_mod.set_value(instance, record_mod.WAY_BACK, None)
-                instance.save()
-        for name, fmt in convert:
-            self._to_qcow2(os.path.join(instance_dir, name), fmt)
-            back = dataclasses.replace(back, disk_formats=tuple(sorted(
-                dict(back.disk_formats, **{name: 'qcow2'}).items())))
-            self._resolver.record(instance, back)
+        was_pools = decision.storage == resolver_mod.POOLS
+        if decision.backend not in resolver_mod.FILE_BACKENDS:
+            # The volumes stay where stock's backend finds them: one save.
+            self._resolver.record(instance, self._resolver.with_storage(
+                decision, resolver_mod.LEGACY))
+            record_mod.set_value(instance, record_mod.WAY_BACK,
+                                 self._conf.host)
             instance.save()
-            pool_dir.write_formats(instance_dir, {name: 'qcow2'})
-        if convert:
+            LOG.info('Back in stock\'s layout: %s', '; '.join(
+                self._steps_done(decision, ())), instance=instance)
+            return
+        move = self._under_way(instance)
+        if move is None:
+            decision, move = self._begin(instance, decision)
+        else:
+            LOG.warning('Finishing the interrupted move back to stock\'s '
+                        'layout (%s)', '; '.join(self._steps_left(
+                            instance, decision, move)), instance=instance)
+        if decision.storage == resolver_mod.POOLS:
+            self._out_of_pool(instance, decision, move, instance_dir)
+            decision = self._resolver.with_storage(decision,
+                                                   resolver_mod.LEGACY)
+            self._resolver.record(instance, decision)
+            instance.save()
+        for name in move.to_qcow2:
+            decision = self._to_qcow2(instance, decision, instance_dir, name)
+        if move.to_qcow2:
             # Every disk is qcow2 now but those stock makes raw: the
             # backend's formats, as stock's Qcow2 has them; no image
             # format is used unconverted any more.
-            self._resolver.record(instance, dataclasses.replace(
-                back, backend='qcow2', native_formats=(), disk_formats=()))
-            instance.save()
-        LOG.info('Back in stock\'s layout: %s', '; '.join(
-            self._steps_done(decision, convert)), instance=instance)
+            decision = dataclasses.replace(
+                decision, backend='qcow2', native_formats=(),
+                disk_formats=())
+        pool_dir.write_formats(instance_dir, _disk_formats(decision, move))
+        self._resolver.record(instance, decision)
+        record_mod.set_way_back_move(instance, None)
+        instance.save()
+        LOG.info('Back in stock\'s layout: %s', '; '.join(self._steps_done(
+            dataclasses.replace(decision, storage=resolver_mod.POOLS
+                                if was_pools else resolver_mod.LEGACY),
+            move.to_qcow2)), instance=instance)
 
-    @staticmethod
-    def _to_qcow2(path: str, fmt: str) -> None:
-        """Convert a disk file of the recorded format ``fmt`` to qcow2 as
-        stock's cold migration does a raw one
-        (``LibvirtDriver._disk_raw_to_qcow2``): Nova's ``convert_image``
-        (the format named, never probed) into a file beside it, renamed
-        over it; a failure removes the partial copy."""
-        tmp = path + '_qcow'
+    def _begin(self, instance: objects.Instance,
+               decision: record_mod.BackendDecision
+               ) -> tuple[record_mod.BackendDecision,
+                          record_mod.WayBackMove]:
+        """Record and save the move under way, before anything moves: the
+        disks, those to convert, and each disk's format in the record
+        (where ``disk.info`` said it), which alone says it from then on.
+        """
+        stock = self.stock_backend()
+        to_qcow2 = (tuple(n for n, _f in self._not_qcow2(instance, decision))
+                    if stock == 'qcow2' else ())
+        for name, fmt in self._formats(instance, decision).items():
+            decision = _with_format(decision, name, fmt)
+        move = record_mod.WayBackMove(
+            stock, tuple(self._names(instance, decision)), to_qcow2)
+        self._resolver.record(instance, decision)
+        # This host never moves it into a pool again.
+        record_mod.set_value(instance, record_mod.WAY_BACK, self._conf.host)
+        record_mod.set_way_back_move(instance, move)
+        instance.save()
+        return decision, move
+
+    def _out_of_pool(self, instance: objects.Instance,
+                     decision: record_mod.BackendDecision,
+                     move: record_mod.WayBackMove, instance_dir: str) -> None:
+        """The instance's volumes renamed out of its dir pool into its
+        files (those a cut short run moved are skipped), their formats
+        written in ``disk.info``. A failure puts every disk of the move
+        back into the pool, the record as it was before the move."""
+        pool = self._disks.instance_pool(instance)
         try:
-            images.convert_image(path, tmp, fmt, 'qcow2')
+            pool_dir.release(pool, instance, instance_dir)
+            pool_dir.write_formats(instance_dir,
+                                   _disk_formats(decision, move))
         except Exception:
             with excutils.save_and_reraise_exception():
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
-        os.rename(tmp, path)
+                target = pool_specs.pool_target(pool)
+                back = [n for n in move.disks
+                        if os.path.exists(os.path.join(instance_dir, n)) and
+                        not os.path.exists(os.path.join(
+                            target, pool_specs.volume_name(instance.uuid,
+                                                           n)))]
+                if back:
+                    pool_dir.adopt(pool, instance, instance_dir, back)
+                self._resolver.record(instance, decision)
+                record_mod.set_value(instance, record_mod.WAY_BACK, None)
+                record_mod.set_way_back_move(instance, None)
+                instance.save()
+
+    def _to_qcow2(self, instance: objects.Instance,
+                  decision: record_mod.BackendDecision, instance_dir: str,
+                  name: str) -> record_mod.BackendDecision:
+        """Convert disk file ``name`` of its recorded format to qcow2 as
+        stock's cold migration does a raw one
+        (``LibvirtDriver._disk_raw_to_qcow2``): Nova's ``convert_image``
+        (the format named, never probed) into a file beside it, the record
+        saved, the copy renamed over the disk. A copy beside a disk still
+        recorded in its old format is a cut short conversion's (removed,
+        made again); beside one recorded as qcow2, a whole one (renamed).
+        """
+        path = os.path.join(instance_dir, name)
+        tmp = _qcow_tmp(path)
+        fmt = decision.volume_format(name)
+        if fmt != 'qcow2':
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            try:
+                images.convert_image(path, tmp, fmt, 'qcow2')
+                # On disk before the record says it is the disk's.
+                fd = os.open(tmp, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            except Exception:
+                with excutils.save_and_reraise_exception():
+                    if os.path.exists(tmp):
+                        os.unlink(tmp)
+            decision = _with_format(decision, name, 'qcow2')
+            self._resolver.record(instance, decision)
+            instance.save()
+        if os.path.exists(tmp):
+            os.rename(tmp, path)
+        pool_dir.write_formats(instance_dir, {name: 'qcow2'})
+        return decision
 
     @staticmethod
     def _steps_done(decision: record_mod.BackendDecision,
-                    convert: list[tuple[str, str]]) -> list[str]:
+                    convert: tuple[str, ...]) -> list[str]:
         done = ['recorded as stock\'s files (backend %s)' % decision.backend]
         if decision.storage == resolver_mod.POOLS:
             done.append('left storage pool %s' % decision.pool)
         if convert:
-            done.append(TO_QCOW2 % ', '.join('%s (%s)' % c for c in convert))
+            done.append(TO_QCOW2 % ', '.join(convert))
         return done
 
     def own_pools(self) -> list[str]:
@@ -364,3 +475,30 @@ class WayBack:
             LOG.info('Storage pool %s undefined (its storage kept)', name)
             done.append((name, 'undefined, its storage kept'))
         return done
+
+
+def _qcow_tmp(path: str) -> str:
+    """Where a disk file's qcow2 copy is made before it replaces it (the
+    name stock's cold migration uses)."""
+    return path + '_qcow'
+
+
+def _with_format(decision: record_mod.BackendDecision, name: str,
+                 fmt: str) -> record_mod.BackendDecision:
+    """``decision`` with disk ``name`` recorded as ``fmt`` (no entry where
+    that is what the record says without one)."""
+    formats = dict(decision.disk_formats)
+    formats.pop(name, None)
+    if dataclasses.replace(decision, disk_formats=tuple(
+            sorted(formats.items()))).volume_format(name) != fmt:
+        formats[name] = fmt
+    return dataclasses.replace(decision,
+                               disk_formats=tuple(sorted(formats.items())))
+
+
+def _disk_formats(decision: record_mod.BackendDecision,
+                  move: record_mod.WayBackMove) -> dict[str, str]:
+    """The recorded format of each disk of ``move`` (kernel and ramdisk
+    are not disks), as stock's ``disk.info`` lists them."""
+    return {n: decision.volume_format(n) for n in move.disks
+            if n not in ('kernel', 'ramdisk')}
