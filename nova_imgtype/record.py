@@ -119,6 +119,18 @@ class BackendDecision:
     def is_native(self, disk_format: str | None) -> bool:
         return disk_format is not None and disk_format in self.native_formats
 
+    def with_disk_format(self, disk_name: str,
+                         fmt: str) -> BackendDecision:
+        """This decision, disk ``disk_name`` recorded as ``fmt`` (no entry
+        where that is the backend's own format)."""
+        formats = dict(self.disk_formats)
+        formats.pop(disk_name, None)
+        if fmt != dataclasses.replace(self, disk_formats=()).volume_format(
+                disk_name):
+            formats[disk_name] = fmt
+        return dataclasses.replace(
+            self, disk_formats=tuple(sorted(formats.items())))
+
     def volume_format(self, disk_name: str) -> str:
         """The format of the instance's volume of disk ``disk_name``
         (``disk``, ``disk.local``, ``disk.config``, ...): as recorded for

@@ -141,12 +141,15 @@ def test_an_lvm_instance_is_refused_before_stock_moves(moves, instance):
     stock_move.assert_not_called()
 
 
-@pytest.mark.parametrize('backend,kept', [
-    ('qcow2', ['disk', 'disk.local']),     # stock's rewrite is the record
-    ('flat', ['disk']),                    # raw stays raw: not stock's
+@pytest.mark.parametrize('backend,named', [
+    # A raw file of a qcow2 instance is recorded raw (stock would convert
+    # it after opening it with its Qcow2 class); a qcow2 file of a flat
+    # instance qcow2.
+    ('qcow2', 'disk.local=raw'),
+    ('flat', 'disk=qcow2'),
 ])
-def test_stock_rewrites_only_the_disks_of_a_qcow2_instance(
-        moves, instance, tmp_path, backend, kept):
+def test_stock_converts_no_disk_the_record_names(
+        moves, instance, tmp_path, backend, named):
     instance.system_metadata = {'imgtype_backend': backend,
                                 'imgtype_storage': 'legacy'}
     inst_base = tmp_path / instance.uuid
@@ -155,7 +158,11 @@ def test_stock_rewrites_only_the_disks_of_a_qcow2_instance(
         (inst_base / name).write_bytes(b'')
         infos.append({'path': str(inst_base / name), 'type': fmt})
     out = moves.finish(instance, json.dumps(infos), False)
-    assert [os.path.basename(i['path']) for i in json.loads(out)] == kept
+    assert [os.path.basename(i['path']) for i in json.loads(out)] == ['disk']
+    assert instance.system_metadata['imgtype_disk_formats'] == named
+    with open(inst_base / 'disk.info') as f:
+        assert json.load(f) == {str(inst_base / 'disk'): 'qcow2',
+                                str(inst_base / 'disk.local'): 'raw'}
 
 
 def test_a_pool_instance_arriving_on_a_host_without_pools_is_files(

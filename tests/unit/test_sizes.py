@@ -256,7 +256,7 @@ def test_a_block_device_template_is_checked_every_time(monkeypatch):
 
 @pytest.fixture
 def flat_disk(conf, tmp_path, monkeypatch):
-    """A Flat backend's disk path (not made yet) and the backend; the
+    """A Flat backend's disk path (being made) and the backend; the
     qemu-img info runs it makes are counted."""
     from nova.virt import images
 
@@ -265,6 +265,8 @@ def flat_disk(conf, tmp_path, monkeypatch):
     (tmp_path / 'inst').mkdir()
     path = str(tmp_path / 'inst' / 'disk')
     image = flat.Flat(path=path)
+    # Within create_image, which makes the disk: its bytes are Nova's.
+    image._making = True
     runs = []
     info = images.qemu_img_info
     monkeypatch.setattr(images, 'qemu_img_info',
@@ -301,3 +303,14 @@ def test_without_deep_inspection_flat_asks_qemu_img_as_stock(conf,
     image.correct_format()
     assert image.driver_format == 'parallels'
     assert len(runs) == 1
+
+
+def test_flat_reads_no_format_from_a_disk_it_is_not_making(flat_disk):
+    # An existing disk that neither the record nor disk.info names: its
+    # bytes are the guest's (issue 54): the backend's raw, nothing read.
+    path, image, runs = flat_disk
+    image._making = False
+    _qemu_img('create', '-q', '-f', 'qcow2', path, '1G')
+    image.correct_format()
+    assert image.driver_format == 'raw'
+    assert runs == []

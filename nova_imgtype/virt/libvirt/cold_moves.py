@@ -34,6 +34,7 @@ from nova_imgtype import traits
 from nova_imgtype.stock import disk_info_file
 from nova_imgtype.stock import driver_steps
 from nova_imgtype.virt.libvirt import cold_move
+from nova_imgtype.virt.libvirt import file_formats
 from nova_imgtype.virt.libvirt import instance_disks
 from nova_imgtype.virt.libvirt import pool_dir as pool_dir_mod
 from nova_imgtype.virt.libvirt import pool_specs
@@ -140,11 +141,11 @@ class ColdMoves:
         ``finish_migration`` opens them; the disk info stock gets.
 
         Stock rewrites raw disks listed in its disk info as qcow2 when
-        ``use_cow_images``, because it cannot tell one instance's layout
-        from the host's default. The record can: a volume's format is the
-        instance's, and so is a file's of an instance recorded on another
-        backend than qcow2. Only the disks of a qcow2 instance are left to
-        stock.
+        ``use_cow_images``, because its Qcow2 backend gives QEMU every disk
+        as qcow2. The record can tell: a volume's format is the
+        instance's, and a file's is what the record names for it
+        (:meth:`_files_arrived`), which the image backend gives QEMU. Stock
+        gets no raw disk of a recorded instance.
         """
         resolver = self._resolver
         decision = resolver.decision_for(instance)
@@ -162,6 +163,9 @@ class ColdMoves:
                      instance=instance)
         resolver.ensure_served(instance, self._conf.host)
         infos = jsonutils.loads(disk_info)
+        decision = resolver.decision_for(instance)
+        if decision.storage != resolver_mod.POOLS:
+            self._files_arrived(instance, decision, infos)
         if decision.storage == resolver_mod.POOLS:
             # This host's pool implementing the backend (the same storage:
             # the same directory, or the same Ceph pool).
@@ -180,9 +184,23 @@ class ColdMoves:
         recorded = resolver.recorded(instance)
         infos = [i for i in infos
                  if 'volume' not in i and os.path.exists(i['path']) and
-                 (recorded is None or recorded.backend == 'qcow2' or
-                  i.get('type') != 'raw')]
+                 (recorded is None or i.get('type') != 'raw')]
         return jsonutils.dumps(infos)
+
+    def _files_arrived(self, instance: objects.Instance,
+                       decision: resolver_mod.BackendDecision,
+                       infos: list[dict[str, Any]]) -> None:
+        """Before stock opens the disk files that arrived here: the record
+        names each one whose format is not its backend's (a raw disk of a
+        qcow2 instance, which stock would convert, stays raw: the image
+        backend gives it to QEMU as raw), and ``disk.info`` lists them all
+        in the format the record gives them (:mod:`.file_formats`)."""
+        inst_dir = libvirt_utils.get_instance_path(instance)
+        named = file_formats.arrived(decision, inst_dir, infos)
+        if named != decision:
+            self._resolver.record(instance, named)
+            instance.save()
+        file_formats.write(named, inst_dir)
 
     def revert(self, instance: objects.Instance) -> None:
         """Put back the disks kept in ``<instance>_resize``, before stock's

@@ -33,6 +33,7 @@ from oslo_log import log as logging
 from oslo_utils import fileutils
 
 from nova_imgtype import compat
+from nova_imgtype.virt.libvirt import pool_dir
 from nova_imgtype.virt.libvirt import sizes
 from nova_imgtype.virt.libvirt import spawn
 from nova_imgtype.virt.libvirt.template_handlers import volume_linking
@@ -49,7 +50,41 @@ class Flat(sizes.InProcessSizes, imagebackend.Flat):
     #: A linked template is copied as data, never as a link.
     accepts_linked_templates = True
 
+    #: The format the instance's record names for this disk
+    #: (:func:`.file_formats.named`), which decides over ``disk.info``: set
+    #: on the class :func:`recording` makes.
+    recorded_format: str | None = None
+    #: Whether create_image is making the disk now: only then are its
+    #: bytes Nova's (the template's, or a new file system).
+    _making = False
+
+    def resolve_driver_format(self, *args: Any, **kwargs: Any) -> str:
+        """The record's format for the disk where it names one (and
+        ``disk.info`` made to agree), else stock's: ``disk.info``, then
+        :meth:`_get_driver_format`."""
+        if not self.recorded_format:
+            return str(super().resolve_driver_format(*args, **kwargs))
+        fmt = self.recorded_format
+        directory = os.path.dirname(self.path)
+        if (os.path.exists(self.path) and
+                pool_dir.disk_info(directory).get(self.path) != fmt):
+            @utils.synchronized(self.disk_info_path or '', external=False,
+                                lock_path=self.lock_path)
+            def write() -> None:
+                pool_dir.write_formats(directory,
+                                       {os.path.basename(self.path): fmt})
+
+            write()
+        return fmt
+
     def create_image(self, *args: Any, **kwargs: Any) -> None:
+        self._making = not os.path.exists(self.path)
+        try:
+            self._make_disk(*args, **kwargs)
+        finally:
+            self._making = False
+
+    def _make_disk(self, *args: Any, **kwargs: Any) -> None:
         call = compat.called(
             'nova.virt.libvirt.imagebackend:Flat.create_image', self, args,
             kwargs)
@@ -67,8 +102,13 @@ class Flat(sizes.InProcessSizes, imagebackend.Flat):
         super().create_image(*args, **kwargs)
 
     def _get_driver_format(self, *args: Any, **kwargs: Any) -> str:
-        """The disk's format, for stock's ``resolve_driver_format`` (which
-        keeps it in ``disk.info``): raw or qcow2 as Nova's format inspector
+        """The format of a disk that neither the record nor ``disk.info``
+        names, for stock's ``resolve_driver_format`` (which keeps it in
+        ``disk.info``).
+
+        A disk that existed before (its bytes the guest's): raw, as the
+        backend makes its disks; never read from its content. A disk
+        create_image makes now: raw or qcow2 as Nova's format inspector
         reads it here (:func:`.sizes.disk_format`); any other, stock's
         ``qemu-img info``.
 
@@ -78,6 +118,11 @@ class Flat(sizes.InProcessSizes, imagebackend.Flat):
         ``[workarounds]disable_deep_image_inspection``, qemu-img decided
         the images' formats: it decides the disks' too, as in stock.
         """
+        if not self._making:
+            LOG.warning('No format recorded for %s (nor in disk.info): '
+                        'given to QEMU as raw, its content not probed',
+                        self.path)
+            return 'raw'
         if not CONF.workarounds.disable_deep_image_inspection:
             fmt = sizes.disk_format(self.path)
             if fmt is not None:
@@ -131,3 +176,17 @@ class Flat(sizes.InProcessSizes, imagebackend.Flat):
         with fileutils.remove_path_on_error(self.path):
             images.convert_image(base, self.path, 'raw', 'raw')
             volume_linking.check_copy(base, self.path)
+
+
+#: The classes :func:`recording` made, one per (class, format).
+_RECORDING: dict[tuple[type, str], type[Flat]] = {}
+
+
+def recording(cls: type[Flat], fmt: str) -> type[Flat]:
+    """``cls`` for disks whose record names their format ``fmt``."""
+    made = _RECORDING.get((cls, fmt))
+    if made is None:
+        made = _RECORDING.setdefault((cls, fmt), type(
+            '%s_%s' % (cls.__name__, fmt), (cls,),
+            {'recorded_format': fmt, '__module__': cls.__module__}))
+    return made

@@ -32,6 +32,8 @@ from nova_imgtype import record as record_mod
 from nova_imgtype.stock import backend_scope
 from nova_imgtype.virt.libvirt import backends
 from nova_imgtype.virt.libvirt import config_drive
+from nova_imgtype.virt.libvirt import file_formats
+from nova_imgtype.virt.libvirt import flat
 from nova_imgtype.virt.libvirt import pool_specs
 from nova_imgtype.virt.libvirt import pools as pools_mod
 from nova_imgtype.virt.libvirt import storage
@@ -137,12 +139,28 @@ class Backend(imagebackend.Backend):
                 return self._volume(instance, name, disk_info_mapping,
                                     decision)
         elif self._local_config_drive(name, image_type, decision):
-            return config_drive.LocalConfigDrive(
+            return flat.recording(config_drive.LocalConfigDrive, 'raw')(
                 instance=instance, disk_name=name,
                 disk_info_mapping=disk_info_mapping)
-        return self.backend(image_type)(
-            instance=instance, disk_name=name,
-            disk_info_mapping=disk_info_mapping)
+        return self._file(self.backend(image_type), decision, name,
+                          instance=instance, disk_name=name,
+                          disk_info_mapping=disk_info_mapping)
+
+    @staticmethod
+    def _file(cls: Any, decision: record_mod.BackendDecision, name: str,
+              **kwargs: Any) -> Any:
+        """Disk ``name`` as an object of the backend class ``cls``, in the
+        format the record names for it (:func:`.file_formats.named`): a
+        disk of another format than a qcow2 backend's (an adopted raw
+        ephemeral disk) is a :class:`~.flat.Flat` file of that format, as
+        stock's Qcow2 gives QEMU every disk as qcow2."""
+        fmt = file_formats.named(decision, name)
+        if fmt and isinstance(cls, type) and issubclass(cls, flat.Flat):
+            return flat.recording(cls, fmt)(**kwargs)
+        if fmt and fmt != 'qcow2' and isinstance(cls, type) and issubclass(
+                cls, imagebackend.Qcow2):
+            return flat.recording(flat.Flat, fmt)(**kwargs)
+        return cls(**kwargs)
 
     def _volume(self, instance: objects.Instance, name: str,
                 disk_info_mapping: Any,
@@ -182,6 +200,8 @@ class Backend(imagebackend.Backend):
         instance: objects.Instance = call['instance']
         path: str = call['path']
         image_type: str | None = call['image_type']
+        decision = self._decision_for(instance)
         if not image_type:
-            image_type = self._decision_for(instance).backend
-        return self.backend(image_type)(instance=instance, path=path)
+            image_type = decision.backend
+        return self._file(self.backend(image_type), decision, path,
+                          instance=instance, path=path)

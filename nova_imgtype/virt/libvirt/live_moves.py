@@ -42,6 +42,7 @@ from nova_imgtype import record as record_mod
 from nova_imgtype import traits
 from nova_imgtype.stock import driver_steps
 from nova_imgtype.stock import migration_xml
+from nova_imgtype.virt.libvirt import file_formats
 from nova_imgtype.virt.libvirt import instance_disks
 from nova_imgtype.virt.libvirt import live_migration
 from nova_imgtype.virt.libvirt import pool_specs
@@ -295,6 +296,13 @@ class LiveMoves:
             infos = [i for i in infos if i['backing_file']]
         with self._resolver.assume(instance, arrival):
             result = stock(jsonutils.dumps(infos))
+            if arrival.storage != resolver_mod.POOLS:
+                # Each file stock made here in the format the source's
+                # record gave it: named in the record where it is not the
+                # backend's, listed in disk.info (never probed later from
+                # the guest's bytes).
+                arrival = file_formats.arrived(arrival, directory, infos)
+                file_formats.write(arrival, directory)
             if arrival.storage == resolver_mod.POOLS:
                 pools = self._disks.pools
                 pool = pools.get(arrival.pool)

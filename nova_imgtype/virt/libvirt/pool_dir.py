@@ -194,6 +194,21 @@ def write_formats(instance_dir: str, formats: dict[str, str]) -> None:
     os.replace(tmp, path)
 
 
+def disk_info(instance_dir: str) -> dict[str, str]:
+    """What stock's ``disk.info`` in ``instance_dir`` lists (path ->
+    format); nothing where there is none, or it cannot be read."""
+    try:
+        with open(os.path.join(instance_dir, DISK_INFO)) as f:
+            listed = jsonutils.loads(f.read().strip() or '{}')
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as e:
+        LOG.warning('%s of %s cannot be read: %s', DISK_INFO, instance_dir, e)
+        return {}
+    return {k: v for k, v in listed.items()
+            if isinstance(k, str) and isinstance(v, str)}
+
+
 def volume_files(directory: str) -> list[str]:
     """The instance volume files (``{uuid}_{name}``) in a dir pool's
     directory (none without it)."""

@@ -239,7 +239,7 @@ class InProcessSizes:
         name: str = compat.called(
             'nova.virt.libvirt.imagebackend:Image.get_disk_size', self, args,
             kwargs)['name']
-        size = virtual_size(name)
+        size = self._size_of(name)
         if size is None:
             return int(super().get_disk_size(  # type: ignore[misc]
                 *args, **kwargs))
@@ -254,7 +254,16 @@ class InProcessSizes:
         size: int = compat.called(
             'nova.virt.libvirt.imagebackend:Image.resize_image', self, args,
             kwargs)['size']    # Flat's and Qcow2's signature too
-        have = virtual_size(self.path)  # type: ignore[attr-defined]
+        have = self._size_of(self.path)  # type: ignore[attr-defined]
         if have is not None and have >= size:
             return
         super().resize_image(*args, **kwargs)  # type: ignore[misc]
+
+    def _size_of(self, path: str) -> int | None:
+        """The size of ``path`` as the guest sees it: a raw disk's is its
+        length, whatever header the guest wrote at its start."""
+        if (path == getattr(self, 'path', None) and
+                getattr(self, 'driver_format', None) == 'raw'):
+            with open(path, 'rb') as f:
+                return f.seek(0, os.SEEK_END)
+        return virtual_size(path)
