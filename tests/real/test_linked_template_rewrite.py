@@ -119,6 +119,17 @@ def _files_holding(root, needle):
     return found
 
 
+def _drop_pools(made):
+    """Remove the pools a test made, the image cache pool's volumes kept
+    (they are the image volumes' links)."""
+    for pool in made:
+        if pool.name() != pool_specs.BASE_POOL:
+            for vol in pool.listAllVolumes(0):
+                vol.delete(0)
+        pool.destroy()
+        pool.undefine()
+
+
 def _linked_volume(driver, conf, serve, tmp_path, **flags):  # noqa: F811
     """A raw image whose volume the driver links; (the device standing
     for the attached volume, its chunks, the image service, the driver,
@@ -307,12 +318,7 @@ def test_a_rewritten_linked_template_makes_no_pool_volume(
         assert _files_holding(conf.conf.instances_path, MARKER) == []
         assert MARKER not in _guest_data(first.path, fmt, tmp_path)
     finally:
-        for pool in made:
-            if pool.name() != pool_specs.BASE_POOL:
-                for vol in pool.listAllVolumes(0):
-                    vol.delete(0)
-            pool.destroy()
-            pool.undefine()
+        _drop_pools(made)
 
 
 def test_a_rewritten_linked_qcow2_template_starts_no_guest_through_it(
@@ -323,16 +329,8 @@ def test_a_rewritten_linked_qcow2_template_starts_no_guest_through_it(
     open. Rewritten with a backing file, the template would hand the host
     file to the guest at its next start: the guest XML is refused, naming
     the image, until the volume holds what was accepted again."""
-    device = str(tmp_path / 'volume')
-    real.make_image(device, 'qcow2', SIZE)
-    with open(device, 'rb') as f:
-        original = f.read()
-    svc = serve(ImageService(device, 'qcow2', locations=[
-        {'url': 'cinder://%s' % VOLUME_ID, 'metadata': {}}]))
-    conf.config(template_image_handler='volume-based-linking',
-                group='image_cache')
-    drv = driver(images_type='qcow2', images_type_mapping='qcow2:qcow2')
-    drv._template_handler.volume_api = Cinder(device)
+    device, original, svc, drv, _cinder = _qcow2_linked(
+        driver, conf, serve, tmp_path)
     inst = _instance(drv, svc.image_id, 'qcow2')
     disk = _root_disk(drv, inst, svc.image_id)
     template = _template(conf)
@@ -467,6 +465,17 @@ def _snapshot(drv, inst, uploads, image_id='snap-1'):
     return uploads.images.get(image_id)
 
 
+def _legacy_linked(driver, conf, serve, tmp_path, monkeypatch):  # noqa
+    """A legacy qcow2 instance on a linked template, its domain defined,
+    its snapshots' uploads caught."""
+    device, original, svc, drv, _cinder = _qcow2_linked(
+        driver, conf, serve, tmp_path)
+    inst = _instance(drv, svc.image_id, 'qcow2')
+    disk = _root_disk(drv, inst, svc.image_id)
+    _with_domain(drv, inst, disk)
+    return device, original, svc, drv, inst, disk, _Uploads(drv, monkeypatch)
+
+
 @pytest.mark.parametrize('kind', ['qcow2-backed-by-host-file',
                                   'qcow2-data-file-host-file'])
 def test_a_snapshot_of_a_legacy_instance_is_refused_on_a_rewritten_template(
@@ -480,12 +489,8 @@ def test_a_snapshot_of_a_legacy_instance_is_refused_on_a_rewritten_template(
     is taken."""
     conf.config(snapshots_directory=str(tmp_path / 'snapshots'),
                 group='libvirt')
-    device, original, svc, drv, _cinder = _qcow2_linked(
-        driver, conf, serve, tmp_path)
-    inst = _instance(drv, svc.image_id, 'qcow2')
-    disk = _root_disk(drv, inst, svc.image_id)
-    _with_domain(drv, inst, disk)
-    uploads = _Uploads(drv, monkeypatch)
+    device, original, svc, drv, inst, disk, uploads = _legacy_linked(
+        driver, conf, serve, tmp_path, monkeypatch)
     guest_data = _guest_data(disk.path, 'qcow2', tmp_path)
 
     _rewrite(device, kind, host_file, tmp_path)
@@ -547,12 +552,8 @@ def test_a_shelve_is_refused_on_a_rewritten_template(
 
     conf.config(snapshots_directory=str(tmp_path / 'snapshots'),
                 group='libvirt')
-    device, original, svc, drv, _cinder = _qcow2_linked(
-        driver, conf, serve, tmp_path)
-    inst = _instance(drv, svc.image_id, 'qcow2')
-    disk = _root_disk(drv, inst, svc.image_id)
-    _with_domain(drv, inst, disk)
-    uploads = _Uploads(drv, monkeypatch)
+    device, original, svc, drv, inst, disk, uploads = _legacy_linked(
+        driver, conf, serve, tmp_path, monkeypatch)
     shelving = {task_states.IMAGE_PENDING_UPLOAD:
                 task_states.SHELVING_IMAGE_PENDING_UPLOAD,
                 task_states.IMAGE_UPLOADING:
@@ -610,12 +611,7 @@ def test_a_pool_snapshot_is_refused_on_a_rewritten_template(
         image = _snapshot(drv, inst, uploads)
         assert image and MARKER not in image
     finally:
-        for pool in made:
-            if pool.name() != pool_specs.BASE_POOL:
-                for vol in pool.listAllVolumes(0):
-                    vol.delete(0)
-            pool.destroy()
-            pool.undefine()
+        _drop_pools(made)
 
 
 def test_an_instance_without_a_recorded_template_is_checked_too(
