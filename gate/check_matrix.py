@@ -365,15 +365,27 @@ def _guest_view(t: Traveller, d: B.Disk, where: str) -> bytes:
 
 def _container(d: B.Disk, guest_headers: Collection[bytes] = ()) -> str:
     """The container format of the file (or volume) itself, from its first
-    bytes read as they are: a qcow2 file starts with the header its host
-    wrote. A raw file starts with its guest's bytes, and a guest writes
-    qcow2 headers too: first bytes that are one of ``guest_headers`` (the
-    hostile guest's, each naming a host file, which no host writes) are
-    its guest's data, so the file is raw; only other bytes are read for
-    qcow2's magic."""
+    bytes read as they are (:func:`_first_bytes`, :func:`_container_of`).
+    """
+    return _container_of(_first_bytes(d, guest_headers), guest_headers)
+
+
+def _first_bytes(d: B.Disk, guest_headers: Collection[bytes]) -> bytes:
+    """The file's own first bytes, as many as the longest of
+    ``guest_headers`` (qcow2's magic at least)."""
     length = max([len(h) for h in guest_headers] + [len(QCOW2_MAGIC)])
-    first = image.read_span(d.path, length, fmt='raw',
-                            argv_prefix=d.compute['nsenter'])
+    return image.read_span(d.path, length, fmt='raw',
+                           argv_prefix=d.compute['nsenter'])
+
+
+def _container_of(first: bytes, guest_headers: Collection[bytes]) -> str:
+    """The container format a file's ``first`` bytes show: a qcow2 file
+    starts with the header its host wrote. A raw file starts with its
+    guest's bytes, and a guest writes qcow2 headers too: first bytes that
+    are one of ``guest_headers`` (the hostile guest's, each naming a host
+    file, which no host writes) are its guest's data, so the file is raw;
+    only other bytes are read for qcow2's magic (no ``guest_headers``: what
+    a probe of the file sees)."""
     if any(first[:len(h)] == h for h in guest_headers):
         return 'raw'
     return 'qcow2' if first.startswith(QCOW2_MAGIC) else 'raw'
@@ -433,11 +445,20 @@ def _check(t: Traveller, leg: Leg, status: str, host: str, when: str,
             raise B.CheckFailed('%s: no %s in the domain' % (where, name))
         view = _guest_view(t, d, where)
         stored_in, stored = _stored_format(d, t.server)
-        formats = {'domain': d.fmt, 'container': _container(d, guest)}
+        first = _first_bytes(d, guest)
+        formats = {'domain': d.fmt, 'container': _container_of(first, guest)}
+        probed = ''
         if stored_in:
             # libvirt's dir pool calls an ISO 9660 file (a config drive)
             # "iso": raw bytes to QEMU.
-            formats[stored_in] = 'raw' if stored == 'iso' else stored
+            stored = 'raw' if stored == 'iso' else stored
+            if (stored_in == 'volume XML' and d.path.startswith('/') and
+                    formats['container'] != _container_of(first, ())):
+                # A dir pool's volume format is libvirt's probe of the
+                # file, here of its guest's header: shown, not judged.
+                probed = stored
+            else:
+                formats[stored_in] = stored
         if name in recorded:
             formats['record'] = recorded[name]
         if len(set(formats.values())) != 1:
@@ -482,7 +503,8 @@ def _check(t: Traveller, leg: Leg, status: str, host: str, when: str,
             state = 'kept' if got == marker else 'new'
             if name == 'disk':
                 t.root_seen = (view, got)
-        row[column] = '%s %s %s' % (state, d.fmt, d.kind)
+        row[column] = '%s %s %s%s' % (state, d.fmt, d.kind, (
+            ' (the pool probes %s)' % probed) if probed else '')
     row['record'] = storage + (' ' + ','.join(
         '%s=%s' % kv for kv in sorted(recorded.items())) if recorded else '')
 
@@ -515,7 +537,15 @@ def _rebooted(t: Traveller, leg: Leg, row: dict[str, str]) -> None:
     t.conn.compute.reboot_server(t.server, 'HARD')
     _check(t, leg, 'ACTIVE', host, 'hard reboot', row)
     row['state'] += ', hard reboot'
-    _snapshot(t, leg, row)
+    try:
+        _snapshot(t, leg, row)
+    except B.CheckFailed as e:
+        # The server is as it was: the leg failed, the journey goes on
+        # (the legs after it are evidence too).
+        row['snapshot'] = 'FAIL'
+        row['result'] = 'FAIL: %s' % e
+        t.refresh('ACTIVE')
+        return
     row['result'] = 'pass'
 
 
@@ -524,38 +554,74 @@ def _snapshot(t: Traveller, leg: Leg, row: dict[str, str]) -> None:
     judged (:func:`_judge_snapshot`), then deleted."""
     where = '%s, the snapshot' % leg.name
     name = 'gate-matrix-%s' % uuid.uuid4().hex[:8]
-    made = t.conn.compute.create_server_image(t.server, name)
+    # The API's request id, which Nova gives Glance: the logs' lines about
+    # this snapshot.
+    r = t.conn.compute.post('/servers/%s/action' % t.server.id,
+                            json={'createImage': {'name': name}},
+                            microversion='2.45')
+    if r.status_code >= 400:
+        raise B.CheckFailed('%s: %s %s' % (where, r.status_code, r.text))
+    image_id = r.json()['image_id']
+    request = r.headers.get('x-openstack-request-id', '')
     path = os.path.join(t.cloud['base'], name)
     try:
-        img = _image_active(t.conn, made.id, where)
+        img = _image_active(t.conn, image_id, where,
+                            lambda: _logged(t.cloud, request))
         t.refresh('ACTIVE')
         t.conn.image.download_image(img, output=path)
         row['snapshot'] = _judge_snapshot(
             path, img.disk_format, t.hostile.secret if t.hostile else b'',
             t.root_seen, where)
     finally:
-        t.conn.image.delete_image(made.id, ignore_missing=True)
+        t.conn.image.delete_image(image_id, ignore_missing=True)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
 
 
-def _image_active(conn: Any, image_id: str, where: str) -> Any:
+def _image_active(conn: Any, image_id: str, where: str,
+                  why: Callable[[], str]) -> Any:
+    """The image once active; one that is not, said with ``why``."""
     seen = ['']
     for _ in B.poll('%s: image %s active' % (where, image_id),
-                    detail=lambda: seen[0]):
+                    detail=lambda: '%s; %s' % (seen[0], why())):
         try:
             img = conn.image.get_image(image_id)
         except sdk_exceptions.NotFoundException:
-            raise B.CheckFailed('%s: image %s deleted before it was active '
-                                '(see the compute\'s log)' % (
-                                    where, image_id)) from None
+            raise B.CheckFailed('%s: image %s deleted before it was active'
+                                ' (%s)' % (where, image_id, why())) from None
         seen[0] = str(img.status)
         if img.status == 'active':
             return img
         if img.status in ('killed', 'deleted', 'deactivated'):
-            raise B.CheckFailed('%s: image %s %s' % (where, image_id,
-                                                     img.status))
+            raise B.CheckFailed('%s: image %s %s (%s)' % (
+                where, image_id, img.status, why()))
     raise AssertionError('unreachable: poll() raises on timeout')
+
+
+#: Log lines of a request worth saying when it failed.
+_LOUD = (' ERROR ', ' WARNING ')
+#: ...but for these, which every request logs.
+_NOISE = ('neutronclient', 'thread_pool_factory', 'Unable to create trust')
+
+
+def _logged(cloud: B.Cloud, request: str, most: int = 3) -> str:
+    """The last warnings and errors the cloud's services logged for the API
+    request ``request`` (its id follows it from nova-api to the compute and
+    Glance), without their prefixes."""
+    said: list[str] = []
+    logs = cloud.get('logs', '')
+    if not request or not logs or not os.path.isdir(logs):
+        return 'no log'
+    for name in sorted(os.listdir(logs)):
+        with open(os.path.join(logs, name), errors='replace') as f:
+            for line in f:
+                if (request in line and any(w in line for w in _LOUD) and
+                        not any(n in line for n in _NOISE)):
+                    text = line.split('] ', 1)[-1].strip()
+                    said.append('%s: %s' % (name[:-len('.log')]
+                                            if name.endswith('.log')
+                                            else name, text[:300]))
+    return '; '.join(said[-most:]) or 'nothing logged'
 
 
 def _judge_snapshot(path: str, disk_format: str, secret: bytes,

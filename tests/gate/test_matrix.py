@@ -20,6 +20,8 @@ from gate import image
 from gate import results
 
 MiB = 1024 * 1024
+#: The real one (the journey's tests replace it).
+REBOOTED = M._rebooted
 
 
 def _disk(path: str, kind: str = 'file') -> B.Disk:
@@ -456,3 +458,72 @@ def test_a_secret_is_found_across_chunks(tmp_path):
     for chunk in range(1, 20):
         assert M._file_holds(str(path), b'SECRET', chunk)
     assert not M._file_holds(str(path), b'SECRETS', 4)
+
+
+def test_a_dir_pools_probe_of_the_guests_header_is_shown_not_judged(
+        tmp_path, hostile, monkeypatch):
+    """libvirt probes the format of a dir pool's volume in the file: of a
+    raw volume whose guest wrote a qcow2 header, it says qcow2. That is the
+    guest's bytes, not the host's word: shown in the cell, while the
+    domain, the record and the container must still agree."""
+    disks = [dataclasses.replace(d, kind='volume')
+             for d in _domain(tmp_path)]
+    t = _traveller(hostile, monkeypatch, disks)
+    M._mark(t, 'SHUTOFF', t.rows[-1])
+    monkeypatch.setattr(M, '_stored_format', lambda d, s: (
+        'volume XML', 'qcow2' if d.name in ('disk', 'disk.eph0') else d.fmt))
+    monkeypatch.setattr(B, 'record', lambda s: {'imgtype_storage': 'pools'})
+    row = t.rows[-1]
+    M._check(t, _leg(), 'SHUTOFF', 'files', 'move', row)
+    assert row['root'] == 'kept raw volume (the pool probes qcow2)'
+    # Where the file's first bytes are not the guest's header, the
+    # volume's format is judged.
+    with open(disks[0].path, 'r+b') as f:
+        f.write(bytes(image.HOSTILE_SPAN))
+    t.headers.pop('disk')
+    with pytest.raises(B.CheckFailed, match="disagree: .*'volume XML': "
+                       "'qcow2'"):
+        M._check(t, _leg(frozenset({'disk.eph0', 'disk.swap'})), 'SHUTOFF',
+                 'files', 'move', row)
+
+
+def test_a_failed_snapshot_fails_the_leg_and_the_journey_goes_on(
+        monkeypatch):
+    cloud = _Cloud(monkeypatch)
+    monkeypatch.setattr(M, '_rebooted', REBOOTED)
+    monkeypatch.setattr(B, 'wait', lambda conn, s, status: s)
+
+    def snapshot(t: Any, leg: M.Leg, row: dict[str, str]) -> None:
+        if leg.name == 'cold migration':
+            raise B.CheckFailed('the snapshot: refused')
+        row['snapshot'] = 'clean'
+    monkeypatch.setattr(M, '_snapshot', snapshot)
+    conn = SimpleNamespace(compute=SimpleNamespace(
+        reboot_server=lambda s, kind: None))
+    t = M.Traveller(CLOUD, conn, {}, 'raw',
+                    server=SimpleNamespace(compute_host='pools'))
+    assert M._journey([t], 'pools', 'files') == [t]
+    assert [(r['move'], r['result']) for r in t.rows][:3] == [
+        ('live migration', 'pass'),
+        ('cold migration', 'FAIL: the snapshot: refused'),
+        ('resize up, reverted', 'pass')]
+    assert len(t.rows) == len(M.LEGS) and cloud.moves
+
+
+def test_the_logs_say_what_went_wrong_for_a_request(tmp_path):
+    logs = tmp_path / 'logs'
+    logs.mkdir()
+    (logs / 'glance.log').write_text(
+        '2026 1 INFO glance.api [None req-1 u p] Unable to create trust\n'
+        '2026 1 WARNING glance.location [None req-1 u p] Image claims '
+        'raw\n'
+        '2026 1 ERROR glance.api.v2.image_data [None req-1 u p] Image '
+        'failed safety checks\n'
+        '2026 1 ERROR glance.api.v2.image_data [None req-2 u p] other\n')
+    (logs / 'compute1-nova-compute.log').write_text(
+        '2026 1 WARNING neutronclient [None req-1 u p] deprecated\n')
+    said = M._logged({'logs': str(logs)}, 'req-1')
+    assert said == ('glance: Image claims raw; glance: Image failed safety '
+                    'checks')
+    assert M._logged({'logs': str(logs)}, 'req-3') == 'nothing logged'
+    assert M._logged({}, 'req-1') == 'no log'
