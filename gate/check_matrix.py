@@ -26,7 +26,9 @@ and again after a hard reboot:
 and after the hard reboot, a snapshot of the server (``server image
 create``) whose Glance image, downloaded, holds no byte of the host file,
 names no other file in the format Glance records, and holds the root
-disk's data as the guest reads them.
+disk's data as the guest reads them. A failed snapshot fails its leg, but
+leaves the server as it was: it travels on (a failed move ends its
+journey), and the failure says what the services logged for its request.
 
 **The hostile guest.** Before each move, every raw disk its guest can
 write (by the format the domain gives QEMU, never a probe: root where raw,
@@ -378,6 +380,20 @@ def _first_bytes(d: B.Disk, guest_headers: Collection[bytes]) -> bytes:
                            argv_prefix=d.compute['nsenter'])
 
 
+def _rewritten(first: bytes, header: bytes) -> str:
+    """What changed in the guest's ``header`` (written at the file's offset
+    0) when the file no longer starts with it: whoever took it for a qcow2
+    image wrote into it."""
+    if not header or first[:len(header)] == header:
+        return ''
+    changed = [i for i, (a, b) in enumerate(zip(first, header,
+                                                 strict=False)) if a != b]
+    return ('; its first bytes are the qcow2 header its guest wrote, '
+            'changed at %d byte(s) from offset %d to %d' % (
+                len(changed), changed[0], changed[-1])
+            if changed and first.startswith(QCOW2_MAGIC) else '')
+
+
 def _container_of(first: bytes, guest_headers: Collection[bytes]) -> str:
     """The container format a file's ``first`` bytes show: a qcow2 file
     starts with the header its host wrote. A raw file starts with its
@@ -462,8 +478,9 @@ def _check(t: Traveller, leg: Leg, status: str, host: str, when: str,
         if name in recorded:
             formats['record'] = recorded[name]
         if len(set(formats.values())) != 1:
-            raise B.CheckFailed('%s: the formats of %s %s disagree: %s' % (
-                where, d.kind, d.path, formats))
+            raise B.CheckFailed('%s: the formats of %s %s disagree: %s%s' % (
+                where, d.kind, d.path, formats,
+                _rewritten(first, t.headers.get(name, b''))))
         want_storage = 'pools' if d.kind == 'volume' else 'legacy'
         if name == 'disk' and storage != want_storage:
             raise B.CheckFailed('%s: recorded %r, its root disk is a %s' % (

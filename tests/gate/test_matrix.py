@@ -527,3 +527,19 @@ def test_the_logs_say_what_went_wrong_for_a_request(tmp_path):
                     'checks')
     assert M._logged({'logs': str(logs)}, 'req-3') == 'nothing logged'
     assert M._logged({}, 'req-1') == 'no log'
+
+
+def test_a_guests_header_a_host_tool_rewrote_is_said(tmp_path, hostile,
+                                                     monkeypatch):
+    """A resize that takes a raw disk for qcow2 (libvirt's, of a dir pool's
+    volume it probed) rewrites the size in the guest's header: the file
+    starts with a qcow2 header that is no longer the guest's."""
+    disks = _domain(tmp_path)
+    t = _traveller(hostile, monkeypatch, disks)
+    M._mark(t, 'SHUTOFF', t.rows[-1])
+    subprocess.run(['qemu-img', 'resize', '-q', '-f', 'qcow2',
+                    disks[0].path, '2G'], check=True)
+    with pytest.raises(B.CheckFailed, match="'container': 'qcow2'.*its "
+                       "first bytes are the qcow2 header its guest wrote, "
+                       "changed at \\d+ byte.s. from offset 2\\d to"):
+        M._check(t, _leg(), 'SHUTOFF', 'files', 'move', t.rows[-1])
