@@ -242,3 +242,24 @@ def test_a_cold_move_to_a_host_without_pools_sends_the_recorded_format(
             pool_driver, inst, 'dest-host', dest_pools=False))
     assert [(i['type'], os.path.basename(i['path'])) for i in disk_info] == [
         ('raw', 'disk')]
+
+
+def test_a_raw_volume_grows_as_raw_whatever_its_bytes(
+        pool_driver, glance, tmp_path, host_secret):  # noqa: F811
+    """Issue 54: a resize up of a raw volume whose guest wrote a qcow2
+    header. libvirt, once its pool refreshed, takes the volume for a small
+    qcow2 image and would resize it as one (rewriting the guest's header,
+    the disk not grown): it grows as the raw file it is recorded."""
+    inst, disk = _raw_instance(pool_driver, glance, tmp_path)
+    written = guest_writes_header(disk.path, host_secret, tmp_path)
+    _refresh(pool_driver)
+    assert _libvirt_reads(disk._volume())[0] == 'qcow2'   # the premise
+    before = os.path.getsize(disk.path)
+
+    again = pool_driver.image_backend.by_name(inst, 'disk')
+    again.resize_image(before + 16 * MiB)
+
+    assert os.path.getsize(disk.path) == before + 16 * MiB
+    data = read_as_domain(disk.path, 'raw', str(tmp_path / 'grown.data'))
+    assert data[:len(written)] == written and MARKER not in data
+    pool_driver._disks.delete_pool_volumes(inst)

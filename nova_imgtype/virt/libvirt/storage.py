@@ -182,7 +182,17 @@ class LibvirtStorage(sizes.InProcessSizes, imagebackend.Image):
         if self._made_capacity is not None and self._made_capacity >= size:
             return
         vol = self._volume()
-        if vol is not None and vol.info()[1] < size:
+        if vol is None:
+            return
+        if self.pool_type == 'dir' and self.volume_format == 'raw':
+            # libvirt (and qemu-img without -f) would resize the file in the
+            # format it probes in it, a header the guest wrote: a raw
+            # file's size is its length, grown sparse.
+            path = vol.path()
+            if os.path.getsize(path) < size:
+                os.truncate(path, size)
+            return
+        if vol.info()[1] < size:
             vol.resize(size, 0)
 
     def snapshot_extract(self, target: str, out_format: str) -> None:
