@@ -74,11 +74,12 @@ class Compute:
 
     ``snapshot_image_format`` is ``[libvirt]snapshot_image_format`` on
     both drivers ('' leaves stock's default, the disk's own format).
-    compute2's is qcow2, as an operator of raw disks sets it to keep
-    snapshots small: its raw disks would otherwise upload 1 GiB to Glance
-    per snapshot (45-100 s each in the gate, on a machine tempest keeps at
-    both cores), where stock's, on qcow2 disks on both hosts, upload their
-    data only.
+    Both are qcow2, as an operator of raw disks sets it to keep snapshots
+    small: raw disks would otherwise upload their whole size to Glance per
+    snapshot, where stock's, on qcow2 disks on both hosts, upload their
+    data only. compute1 keeps raw volumes of instances that came from
+    compute2: a raw snapshot of one whose guest wrote a qcow2 header at its
+    start is refused by Glance's own format check, as stock's would be.
     """
 
     host: str
@@ -93,7 +94,7 @@ class Compute:
 
 COMPUTES = (
     Compute('compute1', '127.0.0.11', True, 'qcow2', 'qcow2:qcow2', 'qcow2',
-            '0ea7e1a1-0000-4000-8000-000000000011'),
+            '0ea7e1a1-0000-4000-8000-000000000011', 'qcow2'),
     Compute('compute2', '127.0.0.12', False, 'flat', 'raw:flat', 'qcow2',
             '0ea7e1a1-0000-4000-8000-000000000012', 'qcow2'),
 )

@@ -100,14 +100,15 @@ def test_stock_computes_carry_no_plugin_option():
 
 
 def test_raw_disks_snapshot_to_qcow2_on_both_drivers():
-    """compute2's raw disks upload qcow2 snapshots (their data, not 1 GiB
-    each), on either driver; compute1 and the ceph profile keep stock's
-    default (the disk's own format)."""
+    """Raw disks upload qcow2 snapshots (their data, not 1 GiB each, and
+    never a raw image whose guest wrote a qcow2 header, which Glance
+    refuses), on either driver and both computes; the ceph profile keeps
+    stock's default (the disk's own format)."""
     for driver in (L.PLUGIN_DRIVER, L.STOCK_DRIVER):
         formats = {
             c.host: parse(configs.nova_compute_conf(BASE, c, driver, True))[
                 'libvirt'].get('snapshot_image_format') for c in L.COMPUTES}
-        assert formats == {'compute1': None, 'compute2': 'qcow2'}
+        assert formats == {'compute1': 'qcow2', 'compute2': 'qcow2'}
     for c in L.CEPH_COMPUTES:
         cp = parse(configs.nova_compute_conf(BASE, c, L.PLUGIN_DRIVER, True))
         assert 'snapshot_image_format' not in cp['libvirt']
