@@ -167,6 +167,12 @@ class Leg:
     #: Whether the source is kept out of scheduling while it is made (a
     #: resize names no destination).
     steered: bool = False
+    #: Whether a hostile guest writes its header into a raw root disk. Not
+    #: before a shelve: its root travels as a snapshot that a host with
+    #: force_raw_images converts back to raw, and Nova's own check then
+    #: refuses the unshelve ("Converted to raw, but format is now qcow2"),
+    #: as stock's does: the refusal is safe, the leg would end there.
+    hostile_root: bool = True
 
     def ends(self, here: str, there: str) -> str:
         """Where a server that leaves ``here`` for ``there`` ends."""
@@ -263,7 +269,7 @@ LEGS = (
     # The root disk travels as a snapshot in Glance; ephemeral and swap
     # disks are made anew (stock's rule), and so is the config drive.
     Leg('shelve, unshelve', 'ACTIVE', frozenset({'disk'}), False, True,
-        False, _shelve_unshelve),
+        False, _shelve_unshelve, hostile_root=False),
     Leg('rebuild', 'SHUTOFF', frozenset(), False, False, False, _rebuild),
 )
 #: No shared storage: every disk is made anew from the image.
@@ -315,9 +321,11 @@ def _variant(t: Traveller) -> str:
 
 # -- what a leg checks -------------------------------------------------------
 
-def _mark(t: Traveller, status: str, row: dict[str, str]) -> None:
+def _mark(t: Traveller, status: str, row: dict[str, str],
+          hostile_root: bool = True) -> None:
     """New markers in every writable disk (a hostile guest's header first
-    in each raw one), the server then ``status``."""
+    in each raw one, the root only with ``hostile_root``), the server then
+    ``status``."""
     if t.server.status != 'SHUTOFF':
         t.conn.compute.stop_server(t.server)
         t.refresh('SHUTOFF')
@@ -332,7 +340,7 @@ def _mark(t: Traveller, status: str, row: dict[str, str]) -> None:
             continue
         prefix = d.compute['nsenter']
         if (t.hostile is not None and d.fmt in HOSTILE_FORMATS and
-                d.guest_writable):
+                d.guest_writable and (hostile_root or d.name != 'disk')):
             data, source = t.hostile.headers[variant]
             image.write_file(d.path, source, fmt=d.fmt, argv_prefix=prefix)
             t.headers[d.name] = data
@@ -696,7 +704,7 @@ def _travel(t: Traveller, leg: Leg, here: str, there: str) -> str:
     to = there if leg.goes else here
     ends = leg.ends(here, there)
     row = _row(t, leg, here, to)
-    _mark(t, leg.status, row)
+    _mark(t, leg.status, row, leg.hostile_root)
     leg.make(t, to)
     _check(t, leg, leg.status, ends, 'move', row)
     if leg.goes:
