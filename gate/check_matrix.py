@@ -168,7 +168,8 @@ class Leg:
     #: resize names no destination).
     steered: bool = False
     #: Whether a hostile guest writes its header into a raw root disk. Not
-    #: before a shelve: its root travels as a snapshot that a host with
+    #: before a shelve (the guest wipes the one it wrote before): its root
+    #: travels as a snapshot that a host with
     #: force_raw_images converts back to raw, and Nova's own check then
     #: refuses the unshelve ("Converted to raw, but format is now qcow2"),
     #: as stock's does: the refusal is safe, the leg would end there.
@@ -340,10 +341,16 @@ def _mark(t: Traveller, status: str, row: dict[str, str],
             continue
         prefix = d.compute['nsenter']
         if (t.hostile is not None and d.fmt in HOSTILE_FORMATS and
-                d.guest_writable and (hostile_root or d.name != 'disk')):
-            data, source = t.hostile.headers[variant]
-            image.write_file(d.path, source, fmt=d.fmt, argv_prefix=prefix)
-            t.headers[d.name] = data
+                d.guest_writable):
+            if hostile_root or d.name != 'disk':
+                data, source = t.hostile.headers[variant]
+                image.write_file(d.path, source, fmt=d.fmt,
+                                 argv_prefix=prefix)
+                t.headers[d.name] = data
+            else:
+                # The header an earlier leg's guest wrote, wiped.
+                image.zero_span(d.path, SECRET_SIZE, fmt=d.fmt,
+                                argv_prefix=prefix)
         marker = B.MARKER + d.name.encode() + uuid.uuid4().hex[:6].encode()
         image.write_marker(d.path, marker, fmt=d.fmt, argv_prefix=prefix,
                            offset=MARKER_OFFSET)

@@ -291,6 +291,15 @@ def write_file(path: StrPath, source: StrPath, *, fmt: str,
           % (source, offset, os.path.getsize(source)), os.fspath(path)])
 
 
+def zero_span(path: StrPath, length: int, *, fmt: str,
+              argv_prefix: Sequence[str] = (), offset: int = 0) -> None:
+    """Zero ``length`` bytes at ``offset`` of the guest data of the disk
+    at ``path``, in format ``fmt`` (the domain's, as for
+    :func:`write_marker`). The disk must not be in use."""
+    _run([*argv_prefix, 'qemu-io', '-f', fmt, '-c', 'write -q -z %d %d'
+          % (offset, length), os.fspath(path)])
+
+
 def write_marker(path: StrPath, marker: bytes | str, *, fmt: str,
                  argv_prefix: Sequence[str] = (),
                  offset: int = MARKER_OFFSET) -> None:

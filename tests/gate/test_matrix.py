@@ -317,11 +317,13 @@ def test_before_a_shelve_the_root_gets_no_header(tmp_path, hostile,
     # check at unshelve (as stock's): the other raw disks get theirs.
     disks = _domain(tmp_path)
     t = _traveller(hostile, monkeypatch, disks)
+    M._mark(t, 'SHUTOFF', t.rows[-1])       # an earlier leg's header
     shelve = [leg for leg in M.LEGS if leg.name == 'shelve, unshelve'][0]
     M._mark(t, 'SHUTOFF', t.rows[-1], shelve.hostile_root)
     assert set(t.headers) == {'disk.eph0', 'disk.swap'} - {
         d.name for d in disks if d.fmt != 'raw'}
-    assert image.read_span(disks[0].path, 4, fmt='raw') != b'QFI\xfb'
+    assert image.read_span(disks[0].path, M.SECRET_SIZE, fmt='raw') == bytes(
+        M.SECRET_SIZE)
     assert all(leg.hostile_root for leg in M.LEGS if leg is not shelve)
 
 
