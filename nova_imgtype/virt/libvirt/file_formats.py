@@ -3,8 +3,8 @@
 Stock's file backends take a disk file's format from ``disk.info`` in the
 instance directory and, for a file it does not list, from ``qemu-img
 info`` of the file: bytes the guest writes. Every move that lands files
-on this host (a cold move's finish or revert, a live block migration's
-arrival) writes their entries here first (:func:`write`), and the image
+on this host (a cold move's finish, a live block migration's arrival)
+writes their entries here first (:func:`write`), and the image
 backend gives each file the format :func:`recorded` says
 (:class:`~.imagebackend.Backend`), so no file's format is ever probed.
 
@@ -42,11 +42,13 @@ def named(decision: record_mod.BackendDecision, name: str) -> str | None:
 
 def recorded(decision: record_mod.BackendDecision, instance_dir: str,
              names: Sequence[str],
-             arrived: Mapping[str, str] | None = None) -> dict[str, str]:
+             arrived: Mapping[str, str] | None = None,
+             listed: Mapping[str, str] | None = None) -> dict[str, str]:
     """name -> format of the disk files ``names`` of the instance: the
-    record's, else ``arrived``'s (what a move sent), else ``disk.info``'s,
-    else the backend's."""
-    listed = pool_dir.disk_info(instance_dir)
+    record's, else ``arrived``'s (what a move sent), else ``disk.info``'s
+    (``listed``, read here when not given), else the backend's."""
+    if listed is None:
+        listed = pool_dir.disk_info(instance_dir)
     formats = {}
     for name in names:
         fmt = (named(decision, name) or (arrived or {}).get(name) or
@@ -55,17 +57,15 @@ def recorded(decision: record_mod.BackendDecision, instance_dir: str,
     return formats
 
 
-def write(decision: record_mod.BackendDecision, instance_dir: str,
-          names: Sequence[str] | None = None,
-          arrived: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Make ``disk.info`` list each disk file ``names`` (default: every
-    disk file in ``instance_dir``) in its :func:`recorded` format, before
-    stock opens any of them; returns what it lists for them."""
-    if names is None:
-        names = [n for n in pool_dir.legacy_files(instance_dir)
-                 if n not in ('kernel', 'ramdisk')]
-    formats = recorded(decision, instance_dir, names, arrived)
+def write(decision: record_mod.BackendDecision,
+          instance_dir: str) -> dict[str, str]:
+    """Make ``disk.info`` list each disk file in ``instance_dir`` in its
+    :func:`recorded` format, before stock opens any of them; returns what
+    it lists for them."""
+    names = [n for n in pool_dir.legacy_files(instance_dir)
+             if n not in ('kernel', 'ramdisk')]
     listed = pool_dir.disk_info(instance_dir)
+    formats = recorded(decision, instance_dir, names, listed=listed)
     changed = {n: f for n, f in formats.items()
                if listed.get(os.path.join(instance_dir, n)) != f}
     if changed:
