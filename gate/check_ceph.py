@@ -35,6 +35,10 @@
     migration) from compute1 to compute2 and back: its marker reads back
     after each leg from the same RBD image, nothing stays on the host it
     left, and no image is added or lost in Ceph.
+``move-matrix``
+    The default profile's move matrix (:mod:`gate.check_matrix`, its
+    guests hostile) between compute2's rbd pool and compute1's stock rbd
+    disks and local overlays; registered by :mod:`gate.checks`.
 ``ceph-rebuild``
     An instance in Ceph on each compute rebuilt from its image: its disk
     is made anew (the marker is gone), the instance stopped as it was, and Ceph

@@ -53,6 +53,14 @@ the servers that start on the files host (the pools host makes qcow2
 overlays, and the moves keep a disk's format): those 14 legs are hostile,
 the other 14 benign.
 
+**On Ceph** (the ceph profile, :mod:`gate.check_ceph`), the same legs
+run between compute2's rbd pool and compute1's stock rbd disks and local
+qcow2 overlays. A disk that is an RBD image before and after a cold
+migration, a resize or an evacuation is the same image on the destination
+(stock's rule for shared storage), so it keeps its data where a local disk
+is made anew (:attr:`Leg.shared_keeps`); and after each leg Ceph holds
+exactly the images the server's domain uses.
+
 The servers with the same first host travel side by side (one thread
 each), in step: each leg starts for both once the one before ended for
 both, so that a resize keeps its source out of scheduling for both of them
@@ -138,6 +146,8 @@ class Traveller:
     headers: dict[str, bytes] = dataclasses.field(default_factory=dict)
     #: Its root disk as the last check read it: (first bytes, marker).
     root_seen: tuple[bytes, bytes] = (b'', b'')
+    #: Whether each disk was in shared storage (Ceph) before this leg.
+    shared: dict[str, bool] = dataclasses.field(default_factory=dict)
 
     @property
     def host(self) -> str:
@@ -154,7 +164,7 @@ class Leg:
     name: str
     #: The server's state before the move (and after it).
     status: str
-    #: The disks whose data it keeps (the others are made anew).
+    #: The disks whose data it keeps (the others are made anew)...
     keeps: frozenset[str]
     #: Whether the config drive keeps its bytes.
     keeps_drive: bool
@@ -174,6 +184,15 @@ class Leg:
     #: refuses the unshelve ("Converted to raw, but format is now qcow2"),
     #: as stock's does: the refusal is safe, the leg would end there.
     hostile_root: bool = True
+    #: ...and those it keeps of a disk in shared storage (Ceph) before and
+    #: after: the destination uses the same RBD image (stock's rule).
+    shared_keeps: frozenset[str] = frozenset()
+
+    def kept(self, name: str, shared_before: bool, shared_now: bool
+             ) -> bool:
+        """Whether the disk ``name`` keeps its data through the move."""
+        return name in self.keeps or (
+            shared_before and shared_now and name in self.shared_keeps)
 
     def ends(self, here: str, there: str) -> str:
         """Where a server that leaves ``here`` for ``there`` ends."""
@@ -262,20 +281,21 @@ COPIED = frozenset({'disk', 'disk.eph0'})
 #: at once (its nova-compute stopped once): see :func:`_evacuate_all`.
 LEGS = (
     Leg('live migration', 'ACTIVE', ALL, True, True, False, _live),
-    Leg('cold migration', 'SHUTOFF', COPIED, True, True, False, _cold),
+    Leg('cold migration', 'SHUTOFF', COPIED, True, True, False, _cold,
+        shared_keeps=ALL),
     Leg('resize up, reverted', 'ACTIVE', ALL, True, True, True,
         _resize_revert, steered=True),
     Leg('resize up', 'SHUTOFF', COPIED, True, True, False, _resize_up,
-        steered=True),
+        steered=True, shared_keeps=ALL),
     # The root disk travels as a snapshot in Glance; ephemeral and swap
     # disks are made anew (stock's rule), and so is the config drive.
     Leg('shelve, unshelve', 'ACTIVE', frozenset({'disk'}), False, True,
         False, _shelve_unshelve, hostile_root=False),
     Leg('rebuild', 'SHUTOFF', frozenset(), False, False, False, _rebuild),
 )
-#: No shared storage: every disk is made anew from the image.
+#: Local disks are made anew from the image; one in Ceph is kept.
 EVACUATE = Leg('evacuate', 'ACTIVE', frozenset(), False, True, False,
-               lambda t, to: None)
+               lambda t, to: None, shared_keeps=ALL)
 
 
 # -- the hostile guest --------------------------------------------------------
@@ -330,9 +350,10 @@ def _mark(t: Traveller, status: str, row: dict[str, str],
     if t.server.status != 'SHUTOFF':
         t.conn.compute.stop_server(t.server)
         t.refresh('SHUTOFF')
-    t.markers, t.headers = {}, {}
+    t.markers, t.headers, t.shared = {}, {}, {}
     variant = _variant(t)
     for d in B.domain_disks(t.cloud, t.server):
+        t.shared[d.name] = _in_ceph(d)
         if d.name == CONFIG_DRIVE and d.guest_writable:
             raise B.CheckFailed('the config drive %s is a disk its guest '
                                 'can write: the matrix checks a read-only '
@@ -365,6 +386,12 @@ def _mark(t: Traveller, status: str, row: dict[str, str],
     if status == 'ACTIVE':
         t.conn.compute.start_server(t.server)
         t.refresh('ACTIVE')
+
+
+def _in_ceph(d: B.Disk) -> bool:
+    """Whether the disk is an RBD image (stock's rbd disk or a volume of
+    an rbd pool): storage every compute of the ceph profile shares."""
+    return d.path.startswith('rbd:')
 
 
 def _guest_view(t: Traveller, d: B.Disk, where: str) -> bytes:
@@ -436,7 +463,7 @@ def _stored_format(d: B.Disk, server: Any) -> tuple[str, str]:
     c = d.compute
     if d.kind == 'volume':
         xml = B.run_cmd([*c['nsenter'], 'virsh', '-c', c['libvirt_uri'],
-                         'vol-dumpxml', d.path])
+                         'vol-dumpxml', d.volume or d.path])
         fmt = ElementTree.fromstring(xml).find('./target/format')
         return 'volume XML', fmt.get('type', '') if fmt is not None else ''
     info = os.path.join(c['host_instances_path'], server.id, 'disk.info')
@@ -520,15 +547,16 @@ def _check(t: Traveller, leg: Leg, status: str, host: str, when: str,
                                     argv_prefix=d.compute['nsenter'],
                                     offset=MARKER_OFFSET)
             header = t.headers.get(name, b'')
-            if name in leg.keeps and got != marker:
+            keeps = leg.kept(name, t.shared.get(name, False), _in_ceph(d))
+            if keeps and got != marker:
                 raise B.CheckFailed('%s: the %s %s (%s) reads %r, not %r' % (
                     where, d.kind, d.path, d.fmt, got, marker))
-            if name in leg.keeps and not view.startswith(header):
+            if keeps and not view.startswith(header):
                 raise B.CheckFailed('%s: the %s %s (%s) does not start with '
                                     'the %s header its guest wrote' % (
                                         where, d.kind, d.path, d.fmt,
                                         _variant(t)))
-            if name not in leg.keeps and got == marker:
+            if not keeps and got == marker:
                 raise B.CheckFailed('%s: the %s %s kept the data of the '
                                     'disk it replaces' % (where, d.kind,
                                                           d.path))
@@ -558,6 +586,12 @@ def _row(t: Traveller, leg: Leg, source: str, to: str) -> dict[str, str]:
 
 def _left(t: Traveller, leg: Leg, host: str, row: dict[str, str]) -> None:
     left = B.left_on(t.cloud, host, t.server)
+    if t.cloud.get('ceph'):
+        # Ceph holds exactly the images the domain uses where it runs.
+        from gate import check_ceph
+        held = set(check_ceph.rbd_images(t.cloud, t.server))
+        left += sorted(held - set(check_ceph.used_rbd_images(t.cloud,
+                                                             t.server)))
     row['left behind'] = ', '.join(left) or 'nothing'
     if left:
         raise B.CheckFailed('after the %s, left on %s: %s' % (

@@ -204,9 +204,16 @@ CHECKS: dict[str, B.Check] = {
 }
 
 
+#: The ceph profile's: its own, and the move matrix on Ceph.
+CEPH_CHECKS: dict[str, B.Check] = {
+    **ceph.CHECKS,
+    'move-matrix': matrix.check_move_matrix,
+}
+
+
 def checks_of(cloud: B.Cloud) -> Mapping[str, B.Check]:
     """The checks of the cloud's profile."""
-    return ceph.CHECKS if cloud.get('profile') == 'ceph' else CHECKS
+    return CEPH_CHECKS if cloud.get('profile') == 'ceph' else CHECKS
 
 
 def run_one(name: str, check: B.Check, cloud: B.Cloud, conn: Any,

@@ -174,6 +174,9 @@ class Disk:
     fmt: str
     #: Whether the domain gives it read-only (``<readonly/>``).
     readonly: bool = False
+    #: A volume's path as its pool gives it (``vms/<name>`` in an rbd
+    #: pool): what ``virsh vol-dumpxml`` looks it up by.
+    volume: str = ''
 
     @property
     def guest_writable(self) -> bool:
@@ -201,6 +204,7 @@ def domain_disks(cloud: Cloud, server: Any) -> list[Disk]:
                                           server.instance_name]))
     found = []
     for disk in xml.findall('./devices/disk'):
+        volume = ''
         device = disk.get('device', 'disk')
         target = disk.find('target')
         dev = target.get('dev', '') if target is not None else ''
@@ -217,9 +221,9 @@ def domain_disks(cloud: Cloud, server: Any) -> list[Disk]:
             # name it.
             path, kind = _rbd_spec(cloud, source.get('name', '')), 'rbd'
         elif disk.get('type') == 'volume':
-            path = run_cmd([*virsh, 'vol-path', '--pool',
-                            source.get('pool', ''),
-                            source.get('volume', '')]).strip()
+            path = volume = run_cmd([*virsh, 'vol-path', '--pool',
+                                     source.get('pool', ''),
+                                     source.get('volume', '')]).strip()
             kind = 'volume'
             if not path.startswith('/'):        # a volume of an rbd pool
                 path = _rbd_spec(cloud, path)
@@ -232,8 +236,9 @@ def domain_disks(cloud: Cloud, server: Any) -> list[Disk]:
                                      capture_output=True, text=True,
                                      check=False)
             kind = 'volume' if by_path.returncode == 0 else 'file'
+            volume = path if kind == 'volume' else ''
         found.append(Disk(c, dev, device, path, kind, fmt,
-                          disk.find('readonly') is not None))
+                          disk.find('readonly') is not None, volume))
     return found
 
 

@@ -25,7 +25,9 @@ def test_every_ceph_check_is_named_in_its_docstring():
 
 def test_each_profile_runs_its_own_checks():
     from gate import check_ceph
-    assert checks.checks_of({'profile': 'ceph'}) is check_ceph.CHECKS
+    ceph = checks.checks_of({'profile': 'ceph'})
+    assert set(ceph) == set(check_ceph.CHECKS) | {'move-matrix'}
+    assert ceph['move-matrix'] is checks.CHECKS['move-matrix']
     assert checks.checks_of({'profile': 'default'}) is checks.CHECKS
     # A cloud.json of before profiles were.
     assert checks.checks_of({}) is checks.CHECKS

@@ -559,3 +559,30 @@ def test_a_guests_header_a_host_tool_rewrote_is_said(tmp_path, hostile,
                        "first bytes are the qcow2 header its guest wrote, "
                        "changed at \\d+ byte.s. from offset 2\\d to"):
         M._check(t, _leg(), 'SHUTOFF', 'files', 'move', t.rows[-1])
+
+
+@pytest.mark.parametrize('leg, name, before, now, kept', [
+    # On local storage only what the leg copies is kept...
+    ('cold migration', 'disk.swap', False, False, False),
+    ('cold migration', 'disk', False, False, True),
+    ('evacuate', 'disk', False, False, False),
+    # ...in Ceph before and after, the same RBD image is used...
+    ('cold migration', 'disk.swap', True, True, True),
+    ('resize up', 'disk.swap', True, True, True),
+    ('evacuate', 'disk', True, True, True),
+    # ...but not where one side is local, nor by a leg that makes it anew.
+    ('evacuate', 'disk', True, False, False),
+    ('cold migration', 'disk.swap', False, True, False),
+    ('rebuild', 'disk', True, True, False),
+    ('shelve, unshelve', 'disk.eph0', True, True, False),
+])
+def test_what_a_leg_keeps_depends_on_shared_storage(leg, name, before, now,
+                                                    kept):
+    legs = {leg.name: leg for leg in M.LEGS + (M.EVACUATE,)}
+    assert legs[leg].kept(name, before, now) is kept
+
+
+def test_a_disk_in_ceph_is_shared_storage():
+    assert M._in_ceph(_disk('rbd:vms/u-1_disk:conf=/etc/ceph/ceph.conf',
+                            'rbd'))
+    assert not M._in_ceph(_disk('/var/lib/nova/instances/u-1/disk'))
