@@ -52,6 +52,11 @@ namespaces: ``qemu-img``, ``virsh``, the image cache) and at placement:
     Glance; its guests hostile (a qcow2 header naming a root-only host file
     at offset 0 of every raw disk): see :mod:`gate.check_matrix`. Its
     table goes into the gate's results.
+``way-back``
+    Each compute taken back to stock's driver with ``nova-imgtype
+    prepare-uninstall --apply``, its instances' guests hostile, then
+    started, hard rebooted and snapshotted by stock: see
+    :mod:`gate.check_way_back`. Last, as it restarts the computes.
 
 CLI: ``python -m gate.checks --cloud <base>/cloud.json [--check NAME]``
 prints one line per check and writes ``<base>/checks.json``; exit 1 if any
@@ -75,6 +80,7 @@ from typing import Any
 from gate import check_ceph as ceph
 from gate import check_matrix as matrix
 from gate import check_moves as moves
+from gate import check_way_back as way_back
 from gate import checks_base as B
 from gate import image
 from gate import tempest
@@ -201,6 +207,8 @@ CHECKS: dict[str, B.Check] = {
     'cold-after-live': moves.check_cold_move_after_live_arrival,
     'stock-destination': moves.check_stock_destination,
     'move-matrix': matrix.check_move_matrix,
+    # Last: it takes each compute to stock's driver and back.
+    'way-back': way_back.check_way_back,
 }
 
 

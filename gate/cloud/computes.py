@@ -164,17 +164,18 @@ def nsenter(state: P.State, host: str) -> list[str]:
     return ['nsenter', '-t', str(pid), '-m', '-u', '--']
 
 
-def write_compute_conf(state: P.State, c: L.Compute, driver: str) -> str:
+def write_compute_conf(state: P.State, c: L.Compute, driver: str,
+                       images_type: str = '') -> str:
     lay = state.layout
     path = lay.compute_conf(c.host)
     _write(path, configs.nova_compute_conf(lay.base, c, driver,
-                                           kvm_usable()))
+                                           kvm_usable(), images_type))
     return path
 
 
-def start_nova_compute(state: P.State, c: L.Compute,
-                       driver: str) -> subprocess.Popen[bytes]:
-    conf = write_compute_conf(state, c, driver)
+def start_nova_compute(state: P.State, c: L.Compute, driver: str,
+                       images_type: str = '') -> subprocess.Popen[bytes]:
+    conf = write_compute_conf(state, c, driver, images_type)
     name = c.host + '-nova-compute'
     return P.spawn(state, name, [*nsenter(state, c.host),
                                  L.venv_bin('nova-compute'),

@@ -234,11 +234,13 @@ def nova_conf(base: str) -> str:
 
 
 def nova_compute_conf(base: str, c: L.Compute, driver: str,
-                      kvm: bool) -> str:
+                      kvm: bool, images_type: str = '') -> str:
     """nova-compute.conf of one compute, on the plugin's driver or stock's.
 
     No [database]: nova-compute refuses database access. Paths are those
     inside the compute's mount namespace, except the venv and the logs.
+    ``images_type`` replaces the driver's own (a compute taken back to
+    stock keeps the plugin's, as an operator's nova.conf does).
     """
     venv = L.venv()
     conf = base + '/' + c.host + '/nova-compute.conf'
@@ -265,8 +267,9 @@ def nova_compute_conf(base: str, c: L.Compute, driver: str,
         'live_migration_inbound_addr': c.ip,
         'live_migration_timeout_action': 'force_complete',
         'live_migration_permit_post_copy': False,
-        'images_type': c.images_type if driver == L.PLUGIN_DRIVER
-        else c.stock_images_type,
+        'images_type': images_type or (
+            c.images_type if driver == L.PLUGIN_DRIVER
+            else c.stock_images_type),
         'remote_filesystem_transport': 'ssh',
     }
     if c.snapshot_image_format:

@@ -31,3 +31,9 @@ def test_each_profile_runs_its_own_checks():
     assert checks.checks_of({'profile': 'default'}) is checks.CHECKS
     # A cloud.json of before profiles were.
     assert checks.checks_of({}) is checks.CHECKS
+
+
+def test_the_way_back_runs_last():
+    # It restarts each compute on stock's driver and back: a check after
+    # it would meet computes it restarted.
+    assert list(checks.CHECKS)[-1] == 'way-back'
