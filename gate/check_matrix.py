@@ -475,6 +475,19 @@ def _stored_format(d: B.Disk, server: Any) -> tuple[str, str]:
     return '', ''
 
 
+def _storage_agrees(d: B.Disk, record: Mapping[str, str]) -> bool:
+    """Whether the record's storage is where the disk is: a volume of a
+    pool ('pools'), a file of stock's ('legacy'); an RBD image either (in
+    Ceph every host reaches the same pool, and the record says which: a
+    'pools' record names that Ceph pool in its location)."""
+    storage = record.get('imgtype_storage', '')
+    if _in_ceph(d) and storage == 'pools':
+        ceph_pool = d.path[len('rbd:'):].split('/', 1)[0]
+        return record.get('imgtype_pool_location', '').startswith(
+            'rbd:%s@' % ceph_pool)
+    return storage == ('pools' if d.kind == 'volume' else 'legacy')
+
+
 def _recorded_formats(record: Mapping[str, str]) -> dict[str, str]:
     pairs = record.get('imgtype_disk_formats', '')
     return dict(p.split('=', 1) for p in pairs.split(',') if '=' in p)
@@ -523,10 +536,11 @@ def _check(t: Traveller, leg: Leg, status: str, host: str, when: str,
             raise B.CheckFailed('%s: the formats of %s %s disagree: %s%s' % (
                 where, d.kind, d.path, formats,
                 _rewritten(first, t.headers.get(name, b''))))
-        want_storage = 'pools' if d.kind == 'volume' else 'legacy'
-        if name == 'disk' and storage != want_storage:
-            raise B.CheckFailed('%s: recorded %r, its root disk is a %s' % (
-                where, storage, d.kind))
+        if name == 'disk' and not _storage_agrees(d, record):
+            raise B.CheckFailed('%s: recorded %r (%s), its root disk is a %s'
+                                ' %s' % (where, storage, record.get(
+                                    'imgtype_pool_location', ''), d.kind,
+                                    d.path))
         if name in ('disk', 'disk.eph0'):
             want = int(getattr(t.server.flavor,
                                'disk' if name == 'disk' else 'ephemeral'))

@@ -586,3 +586,24 @@ def test_a_disk_in_ceph_is_shared_storage():
     assert M._in_ceph(_disk('rbd:vms/u-1_disk:conf=/etc/ceph/ceph.conf',
                             'rbd'))
     assert not M._in_ceph(_disk('/var/lib/nova/instances/u-1/disk'))
+
+
+@pytest.mark.parametrize('path, kind, record, agrees', [
+    ('/i/u-1/disk', 'file', {'imgtype_storage': 'legacy'}, True),
+    ('/i/u-1/disk', 'file', {'imgtype_storage': 'pools'}, False),
+    ('/i/disks/u-1_disk', 'volume', {'imgtype_storage': 'pools'}, True),
+    ('/i/disks/u-1_disk', 'volume', {'imgtype_storage': 'legacy'}, False),
+    # In Ceph, a stock rbd disk, or a volume of the recorded Ceph pool...
+    ('rbd:vms/u-1_disk:conf=/c', 'rbd', {'imgtype_storage': 'legacy'},
+     True),
+    ('rbd:vms/u-1_disk:conf=/c', 'rbd', {
+        'imgtype_storage': 'pools',
+        'imgtype_pool_location': 'rbd:vms@127.0.0.1:3300;fsid=f'}, True),
+    # ...never one of another Ceph pool than the record's.
+    ('rbd:vms/u-1_disk:conf=/c', 'rbd', {
+        'imgtype_storage': 'pools',
+        'imgtype_pool_location': 'rbd:other@127.0.0.1:3300;fsid=f'}, False),
+])
+def test_the_records_storage_is_where_the_disk_is(path, kind, record,
+                                                  agrees):
+    assert M._storage_agrees(_disk(path, kind), record) is agrees
