@@ -25,6 +25,7 @@ from nova import context as nova_context
 from nova import exception as nova_exception
 from nova import objects
 from nova.virt.libvirt import driver as stock_driver
+from nova.virt.libvirt import imagecache as nova_imagecache
 from nova.virt.libvirt import utils as libvirt_utils
 from oslo_concurrency import processutils
 
@@ -720,3 +721,28 @@ def test_an_unshelved_clone_is_flattened_as_stock_does(
     ceph_cluster.rbd('snap', 'rm', spec + '@snap')
     ceph_cluster.rbd('rm', '--no-progress', spec)
     assert image_id not in ceph_cluster.images()
+
+
+def test_a_disk_another_host_removed_from_ceph_is_made_anew(
+        rbd_driver, raw_image, ceph_cluster):
+    """Issue 54's Ceph matrix: a shelve offloaded on another compute removes
+    the instance's RBD image behind this host's libvirt, whose rbd pool
+    lists it until its next refresh. Ceph, not that list, says whether the
+    disk exists: the unshelve here makes it anew instead of failing on an
+    image that is gone."""
+    image_id, digest = raw_image
+    inst, disk = _boot_disk(rbd_driver, image_id, 'raw')
+    vol = pool_specs.volume_name(inst.uuid, 'disk')
+    ceph_cluster.rbd('rm', '--no-progress', ceph_cluster.image_spec(vol))
+    disks = rbd_driver._pools.get(pool_specs.DISKS_POOL)
+    assert vol in disks.listVolumes()           # not refreshed here
+
+    assert not disk.exists()
+    rbd_driver._try_fetch_image_cache(
+        disk, libvirt_utils.fetch_image, nova_context.get_admin_context(),
+        nova_imagecache.get_cache_fname(image_id), image_id, inst, 64 * MiB)
+
+    assert disk.exists()
+    assert ceph_cluster.rbd_json(
+        'info', ceph_cluster.image_spec(vol))['size'] == 64 * MiB
+    assert _rbd_head_sha256(ceph_cluster, vol, IMAGE_SIZE) == digest

@@ -57,6 +57,16 @@ class RbdStorage(storage.LibvirtStorage):
         answer too)."""
         return True
 
+    def exists(self) -> bool:
+        """Whether Ceph has the volume's image. libvirt's rbd pool lists
+        the images of its last refresh, and another compute of the cluster
+        may have removed (a shelve offloaded there) or made one since: the
+        pool is read again when the two disagree."""
+        there = bool(self.driver.exists(self.rbd_name))
+        if there != (self._volume() is not None):
+            pool_specs.refresh(self._pool)
+        return there
+
     def _make_volume(self, template: Any, base: str, base_format: str,
                      capacity: int) -> None:
         """An RBD clone of the template's copy in the pool (libvirt's rbd
