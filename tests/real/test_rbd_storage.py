@@ -746,3 +746,46 @@ def test_a_disk_another_host_removed_from_ceph_is_made_anew(
     assert ceph_cluster.rbd_json(
         'info', ceph_cluster.image_spec(vol))['size'] == 64 * MiB
     assert _rbd_head_sha256(ceph_cluster, vol, IMAGE_SIZE) == digest
+
+
+def test_a_direct_snapshot_of_a_template_clone_goes_to_glances_pool(
+        rbd_driver, raw_image, ceph_cluster):
+    """Issue 54's Ceph matrix: an rbd pool volume (an RBD clone of
+    nova-imgtype's template in Nova's pool) served by stock's class on a
+    host without pools. Stock's direct snapshot took the clone's parent
+    pool, Nova's, for Glance's: Glance refused that location and the
+    snapshot stayed queued. Glance's pool now comes from the image's
+    locations, stock's rule for a disk that is no clone (Glance's API is
+    this tier's fake: its answer is given here)."""
+    from nova.virt.libvirt import imagebackend as nova_imagebackend
+
+    from nova_imgtype.virt.libvirt import rbd
+
+    image_id, _digest = raw_image
+    inst, _disk = _boot_disk(rbd_driver, image_id, 'raw')
+    served = rbd.Rbd(instance=inst, disk_name='disk')
+    fsid = served.driver.get_fsid()
+    parent = served.driver.parent_info(served.rbd_name)
+    assert parent[0] == ceph_cluster.pool and parent[1].startswith(
+        pool_specs.RBD_TEMPLATE_PREFIX)
+    context = nova_context.get_admin_context()
+    where = {'locations': [
+        {'url': 'rbd://other-cluster/elsewhere/%s/snap' % image_id},
+        {'url': 'rbd://%s/glance-images/%s/snap' % (fsid, image_id)}]}
+    with mock.patch.object(nova_imagebackend.IMAGE_API, 'get',
+                           return_value=where) as get:
+        assert served._get_parent_pool(context, image_id,
+                                       fsid) == 'glance-images'
+        get.assert_called_once_with(context, image_id,
+                                    include_locations=True)
+        # Stock's own class takes Nova's pool.
+        stock = nova_imagebackend.Rbd(instance=inst, disk_name='disk')
+        assert stock._get_parent_pool(context, image_id,
+                                      fsid) == ceph_cluster.pool
+    # An image Glance keeps in no pool of this cluster: no direct
+    # snapshot (stock then uploads).
+    with mock.patch.object(nova_imagebackend.IMAGE_API, 'get',
+                           return_value={'locations': []}):
+        with pytest.raises(nova_exception.ImageUnacceptable):
+            served._get_parent_pool(context, image_id, fsid)
+    assert served.driver.parent_info(served.rbd_name) == parent

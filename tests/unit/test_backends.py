@@ -15,6 +15,7 @@ from nova_imgtype.virt.libvirt import flat
 from nova_imgtype.virt.libvirt import imagebackend
 from nova_imgtype.virt.libvirt import mapping
 from nova_imgtype.virt.libvirt import qcow2
+from nova_imgtype.virt.libvirt import rbd
 from nova_imgtype.virt.libvirt import resolver as resolver_mod
 from nova_imgtype.virt.libvirt import sizes
 from nova_imgtype.virt.libvirt import storage
@@ -35,7 +36,12 @@ def test_stock_backends_resolve_to_novas_classes():
     assert qcow2.Qcow2.__bases__ == (sizes.InProcessSizes,
                                      nova_imagebackend.Qcow2)
     assert backends.get_class('lvm') is nova_imagebackend.Lvm
-    assert backends.get_class('rbd') is nova_imagebackend.Rbd
+    # Rbd: stock's, finding Glance's pool for a direct snapshot of a
+    # disk cloned from a template of Nova's pool (rbd.py).
+    assert backends.get_class('rbd') is rbd.Rbd
+    assert rbd.Rbd.__bases__ == (nova_imagebackend.Rbd,)
+    assert backends.native_formats('rbd') == ('raw',)
+    assert backends.accepts_linked_templates(rbd.Rbd)
     assert backends.get_class('ploop') is nova_imagebackend.Ploop
 
 
@@ -149,7 +155,7 @@ def test_scope_makes_backend_per_instance(conf, backend):
     inst = _instance(imgtype_backend='rbd')
     assert backend.backend() is flat.Flat
     with backend.scope(inst):
-        assert backend.backend() is nova_imagebackend.Rbd
+        assert backend.backend() is rbd.Rbd
         assert backend.backend().is_shared_block_storage()
     assert backend.backend() is flat.Flat
 

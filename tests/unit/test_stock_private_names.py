@@ -53,6 +53,7 @@ STOCK_PRIVATE = {
     'nova.virt.libvirt.imagebackend:Image._get_driver_format',
     'nova.virt.libvirt.imagebackend:Flat._get_driver_format',
     'nova.virt.libvirt.imagebackend:Image._get_lock_name',
+    'nova.virt.libvirt.imagebackend:Rbd._get_parent_pool',
     # The image cache manager.
     'nova.virt.libvirt.imagecache:ImageCacheManager._get_age_of_file',
     'nova.virt.libvirt.imagecache:ImageCacheManager._list_backing_images',

@@ -159,7 +159,10 @@ def host_support_error(name: str, conf: cfg.ConfigOpts) -> str | None:
     check = getattr(cls, 'host_support_error', None)
     if check is not None:
         return check(conf)
-    stock_check = _STOCK_HOST_CHECKS.get(cls)
+    # A registered subclass of a stock class (this package's Rbd) needs
+    # what its stock class needs.
+    stock_check = next((_STOCK_HOST_CHECKS[k] for k in cls.__mro__
+                        if k in _STOCK_HOST_CHECKS), None)
     return stock_check(conf) if stock_check else None
 
 
