@@ -607,3 +607,21 @@ def test_a_disk_in_ceph_is_shared_storage():
 def test_the_records_storage_is_where_the_disk_is(path, kind, record,
                                                   agrees):
     assert M._storage_agrees(_disk(path, kind), record) is agrees
+
+
+def test_glances_refusal_of_a_guest_header_is_the_expected_snapshot():
+    header = b'QFI\xfb guest header'
+    t = M.Traveller({}, None, {}, 'raw', hostile=M.Hostile(
+        b'secret', {'backing file': (header, '/h')}))
+    refused = 'image x deleted before it was active (glance: Image qcow2 ' \
+              'Safety checks failed: backing_file)'
+    t.root_seen = (header + b'\0' * 8, b'm')
+    assert M._glance_refused_guest_header(t, refused)
+    # Any other failure, or a root that does not start with the guest's
+    # header, or a benign guest, is the leg's failure.
+    assert not M._glance_refused_guest_header(t, 'image x killed')
+    t.root_seen = (b'\0' * 16, b'm')
+    assert not M._glance_refused_guest_header(t, refused)
+    benign = M.Traveller({}, None, {}, 'raw')
+    benign.root_seen = (header, b'm')
+    assert not M._glance_refused_guest_header(benign, refused)
