@@ -60,12 +60,17 @@ def way_back(conf: cfg.ConfigOpts,
 def use_conductor(conf: cfg.ConfigOpts) -> None:
     """Read and save Nova objects through nova-conductor, as nova-compute
     does (a compute has no database)."""
+    from nova import config as nova_config
     from nova import objects
     from nova import rpc
     from nova.conductor import rpcapi as conductor_rpcapi
     from nova.objects import base as objects_base
 
     objects.register_all()
+    # Nova's defaults for the libraries, as its services set them: the
+    # 'nova' exchange conductor listens on (oslo.messaging's is
+    # 'openstack').
+    nova_config.set_lib_defaults()
     rpc.init(conf)
     objects_base.NovaObject.indirection_api = conductor_rpcapi.ConductorAPI()
 

@@ -237,3 +237,26 @@ def test_a_refused_trait_update_is_an_error(host, capsys, monkeypatch):
     with pytest.raises(nova_exception.ResourceProviderUpdateFailed,
                        match='generation'):
         prepare.prepare(host.conf, True, 'table', conn=object())
+
+
+def test_conductor_is_asked_on_novas_exchange():
+    """Found by the gate's way-back check: the command sent its questions
+    on oslo.messaging's default exchange ('openstack'), where no conductor
+    listens, and every run in a cloud timed out. Nova's services set the
+    default to 'nova' (nova.config.set_lib_defaults); so does the
+    command."""
+    from nova import conf as nova_conf
+    from nova import rpc
+    from nova.objects import base as objects_base
+
+    conf = nova_conf.CONF
+    conf([], project='nova')
+    try:
+        # The transport connects at its first message: none is sent.
+        prepare.use_conductor(conf)
+        assert conf.control_exchange == 'nova'
+        assert rpc.TRANSPORT.conf.control_exchange == 'nova'
+    finally:
+        objects_base.NovaObject.indirection_api = None
+        rpc.cleanup()
+        conf.reset()
