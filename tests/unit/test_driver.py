@@ -450,7 +450,7 @@ def test_rbd_is_served_only_where_a_ceph_conf_names_monitors(
     # images_rbd_pool defaults to 'rbd' everywhere: that alone is no Ceph.
     missing = str(tmp_path / 'ceph.conf')
     drv = make_driver(images_type='qcow2', images_rbd_ceph_conf=missing)
-    assert 'rbd' not in drv.served_backends()
+    assert 'rbd' not in drv._host_traits.served_backends()
     assert 'CUSTOM_IMGTYPE_BACKEND_RBD' not in drv._host_traits.custom_traits
     with pytest.raises(exception.InvalidImagesTypeMapping,
                        match='no Ceph monitor in %s' % missing):
@@ -460,7 +460,7 @@ def test_rbd_is_served_only_where_a_ceph_conf_names_monitors(
     with open(missing, 'w') as f:
         f.write('[global]\nmon_host = [v2:10.0.0.1:3300,v1:10.0.0.1:6789]\n')
     drv = make_driver(images_type='qcow2', images_rbd_ceph_conf=missing)
-    assert 'rbd' in drv.served_backends()
+    assert 'rbd' in drv._host_traits.served_backends()
     assert 'CUSTOM_IMGTYPE_BACKEND_RBD' in drv._host_traits.custom_traits
 
 

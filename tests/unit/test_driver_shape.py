@@ -27,3 +27,13 @@ def test_no_other_module_subclasses_stocks_driver():
                     issubclass(obj, stock_driver.LibvirtDriver)):
                 found.add('%s.%s' % (info.name, name))
     assert found == {'nova_imgtype.virt.libvirt.driver.LibvirtDriver'}
+
+
+def test_no_public_method_that_computedriver_lacks():
+    # Stock's test_public_api_signatures: the compute manager calls a
+    # driver through ComputeDriver's API only; stock's driver adds none.
+    from nova.virt import driver as virt_driver
+    ours = {name for name in vars(imgtype_driver.LibvirtDriver)
+            if not name.startswith('_') and
+            callable(getattr(imgtype_driver.LibvirtDriver, name))}
+    assert ours - set(dir(virt_driver.ComputeDriver)) == set()

@@ -162,10 +162,6 @@ class LibvirtDriver(libvirt_driver.LibvirtDriver):
                         'prepare-uninstall): %s', len(going),
                         ', '.join(going))
 
-    def served_backends(self) -> list[str]:
-        """Every registered backend this host can serve."""
-        return self._host_traits.served_backends()
-
     def get_available_resource(self, *args: Any, **kwargs: Any) -> Any:
         resources = super().get_available_resource(*args, **kwargs)
         # Stock's resource tracker copies these into the compute node's
