@@ -18,8 +18,9 @@ from nova.virt.libvirt import imagebackend
 from nova_imgtype.virt.libvirt import pool_specs
 
 
-class _NoParent:
-    """Nova's rbd helper, answering as for a disk that is no clone."""
+class _GlanceParents:
+    """Nova's rbd helper, but a disk whose RBD parent is a template of
+    nova-imgtype's answers as a disk that is no clone."""
 
     def __init__(self, driver: Any) -> None:
         self._driver = driver
@@ -28,8 +29,12 @@ class _NoParent:
         return getattr(self._driver, name)
 
     def parent_info(self, volume: str, pool: str | None = None) -> Any:
-        raise nova_exception.ImageUnacceptable(
-            image_id=volume, reason='cloned from a template of Nova\'s pool')
+        parent = self._driver.parent_info(volume, pool=pool)
+        if str(parent[1]).startswith(pool_specs.RBD_TEMPLATE_PREFIX):
+            raise nova_exception.ImageUnacceptable(
+                image_id=volume,
+                reason='cloned from a template of Nova\'s pool')
+        return parent
 
 
 class Rbd(imagebackend.Rbd):
@@ -43,16 +48,9 @@ class Rbd(imagebackend.Rbd):
     accepts_linked_templates = True
 
     def _get_parent_pool(self, *args: Any, **kwargs: Any) -> Any:
-        try:
-            parent = self.driver.parent_info(self.rbd_name)
-        except nova_exception.ImageUnacceptable:
-            parent = None
-        if parent is None or not str(parent[1]).startswith(
-                pool_specs.RBD_TEMPLATE_PREFIX):
-            return super()._get_parent_pool(*args, **kwargs)
         # Stock then asks Glance where the image is (its locations in this
         # cluster), or refuses the direct snapshot and uploads instead.
-        driver, self.driver = self.driver, _NoParent(self.driver)
+        driver, self.driver = self.driver, _GlanceParents(self.driver)
         try:
             return super()._get_parent_pool(*args, **kwargs)
         finally:
